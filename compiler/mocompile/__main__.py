@@ -1,0 +1,5 @@
+"""Allow ``python -m mocompile``."""
+
+from mocompile.cli import main
+
+raise SystemExit(main())

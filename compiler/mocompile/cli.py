@@ -1,0 +1,121 @@
+"""Command line: compile, lint, check, explain, schema, rules, models."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Sequence
+
+from mocompile import __version__, formats
+from mocompile.errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INPUT, EXIT_INTERNAL, InputError, UsageError
+from mocompile.ir import Diagnostic
+
+VERBS = ("compile", "lint", "check", "explain", "schema", "rules", "models")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # exit 2 with our own wording
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _common(p: argparse.ArgumentParser, fmt: Sequence[str] = ("auto", "text", "json", "github", "sarif")) -> None:
+    p.add_argument("--format", choices=fmt, default="auto", help="output format (auto: text, github on GitHub Actions)")
+    p.add_argument("--no-color", action="store_true", help="never colour text output")
+
+
+def _overrides(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a recipe value, e.g. --set parallelism.ep=16 (applied last, in order)")
+    p.add_argument("--unset", dest="unsets", action="append", default=[], metavar="KEY",
+                   help="remove a recipe value, e.g. --unset moe.overlap (applied before --set)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="mocompile", description="Compile MoE training intents into checked Megatron-Bridge recipes.")
+    parser.add_argument("--version", action="version", version=f"mocompile {__version__}")
+    sub = parser.add_subparsers(dest="verb", parser_class=_Parser)
+    p = sub.add_parser("compile", help="compile recipes into generated/<name>/")
+    p.add_argument("recipes", nargs="+")
+    p.add_argument("-o", "--output", default=None, help="output folder (default: [tool.mocompile] output or generated/)")
+    p.add_argument("--force", action="store_true", help="overwrite generated files that were edited by hand")
+    _overrides(p)
+    _common(p)
+    p = sub.add_parser("lint", help="validate and check recipes; write nothing")
+    p.add_argument("recipes", nargs="+")
+    p.add_argument("--strict", action="store_true", help="warnings fail too")
+    _overrides(p)
+    _common(p)
+    p = sub.add_parser("check", help="fail when generated/ is stale or edited by hand")
+    p.add_argument("recipes", nargs="*", help="default: [tool.mocompile] recipes")
+    p.add_argument("-o", "--output", default=None)
+    p.add_argument("--diff", action="store_true", help="show a diff for stale files")
+    _common(p, ("auto", "text", "json"))
+    p = sub.add_parser("explain", help="show every resolved setting with its reason, or a rule's page")
+    p.add_argument("target", help="a recipe file or a rule ID")
+    _overrides(p)
+    _common(p, ("auto", "text", "json"))
+    p = sub.add_parser("schema", help="print the intent JSON Schema (for editors)")
+    p.add_argument("-o", "--output", default=None, help="write to this file instead of stdout")
+    p = sub.add_parser("rules", help="list the rule catalogue")
+    _common(p, ("auto", "text", "json"))
+    sub.add_parser("models", help="list the model and GPU catalogues")
+    return parser
+
+
+def _fmt(args: argparse.Namespace) -> str:
+    if args.format != "auto":
+        return args.format
+    return "github" if os.environ.get("GITHUB_ACTIONS") == "true" and args.verb in ("lint", "compile") else "text"
+
+
+def _colour(args: argparse.Namespace) -> bool:
+    return not getattr(args, "no_color", False) and sys.stdout.isatty() and "NO_COLOR" not in os.environ
+
+
+def emit_diagnostics(args: argparse.Namespace, diags: list[Diagnostic]) -> None:
+    from mocompile.rules.engine import rules
+    fmt = _fmt(args)
+    if fmt == "json":
+        print(formats.as_json(diags))
+    elif fmt == "github":
+        if diags:
+            print(formats.github(diags))
+    elif fmt == "sarif":
+        print(formats.sarif(diags, list(rules())))
+    elif diags:
+        print(formats.text(diags, _colour(args)))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] not in VERBS and not argv[0].startswith("-"):
+        argv.insert(0, "compile")
+    try:
+        args = build_parser().parse_args(argv)
+        if args.verb is None:
+            build_parser().print_help()
+            return EXIT_INPUT
+        from mocompile import commands
+        return getattr(commands, "cmd_" + args.verb)(args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except InputError as exc:  # pragma: no cover - commands handle per-file input errors
+        print(formats.text(exc.diagnostics), file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_CLEAN
+    except Exception as exc:  # noqa: BLE001 - last line of defence: no traceback for users
+        if os.environ.get("MOCOMPILE_DEBUG"):
+            raise
+        print(f"mocompile: internal error: {exc.__class__.__name__}: {exc}\n"
+              "This is a bug in mocompile; rerun with MOCOMPILE_DEBUG=1 for the traceback.", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def json_dump(obj: Any) -> str:
+    return json.dumps(obj, indent=2, sort_keys=False, default=str)

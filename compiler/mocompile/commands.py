@@ -1,0 +1,222 @@
+"""The CLI verbs. Each returns an exit code; none lets a traceback reach the user."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import sys
+
+from mocompile import formats
+from mocompile.cli import emit_diagnostics, json_dump
+from mocompile.emit import header
+from mocompile.emit.writer import write_outputs
+from mocompile.errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INPUT, InputError, UsageError
+from mocompile.ir import Diagnostic, Position
+from mocompile.pipeline import Result, analyse, compile_recipe
+from mocompile.project import load_settings
+
+
+def _run_all(paths: list[str], fn, args: argparse.Namespace) -> tuple[list[Result], list[Diagnostic], int]:
+    results, diags, code = [], [], EXIT_CLEAN
+    for path in paths:
+        try:
+            r = fn(path, getattr(args, "sets", []), getattr(args, "unsets", []))
+        except InputError as exc:
+            diags.extend(exc.diagnostics)
+            code = max(code, EXIT_INPUT)
+            continue
+        results.append(r)
+        diags.extend(r.diagnostics)
+        if r.errors:
+            code = max(code, EXIT_FINDINGS)
+    return results, diags, code
+
+
+def cmd_lint(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    _, diags, code = _run_all(args.recipes, analyse, args)
+    emit_diagnostics(args, diags)
+    if code == EXIT_CLEAN and (args.strict or settings.strict) and any(d.severity == "warning" for d in diags):
+        code = EXIT_FINDINGS
+    return code
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    out_dir = args.output or settings.output
+    results, diags, code = _run_all(args.recipes, compile_recipe, args)
+    names: dict[str, str] = {}
+    for r in results:
+        if r.plan is None or r.errors:
+            continue
+        other = names.get(r.plan.name)
+        if other:
+            diags.append(Diagnostic("INPUT", "error", f"two recipes compile to the same name `{r.plan.name}` "
+                                    f"({other} and {r.source})", Position(r.source), "give each recipe its own `name:`"))
+            code = max(code, EXIT_INPUT)
+        names[r.plan.name] = r.source
+    written: list[str] = []
+    if code < EXIT_INPUT:
+        for r in results:
+            if r.files and r.plan is not None:
+                problem = write_outputs(out_dir, r.plan.name, r.files, force=args.force)
+                if problem:
+                    diags.append(Diagnostic("EDITED", "error", problem, Position(r.source),
+                                            "review the hand edit, then rerun with --force to overwrite"))
+                    code = max(code, EXIT_FINDINGS)
+                else:
+                    written.append(os.path.join(out_dir, r.plan.name))
+    emit_diagnostics(args, diags)
+    if _fmtname(args) == "text":
+        for w in written:
+            print(f"wrote {w}/", file=sys.stderr)
+    return code
+
+
+def _fmtname(args: argparse.Namespace) -> str:
+    return "text" if args.format == "auto" else args.format
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    out_dir = args.output or settings.output
+    recipes = args.recipes or settings.recipe_files()
+    if not recipes:
+        raise UsageError("no recipes to check (give files or set [tool.mocompile] recipes)")
+    report: list[dict[str, str]] = []
+    expected_dirs: set[str] = set()
+    for path in recipes:
+        try:
+            r = compile_recipe(path)
+        except InputError as exc:
+            report.append({"recipe": path, "file": "", "status": "invalid",
+                           "detail": exc.diagnostics[0].message if exc.diagnostics else "invalid input"})
+            continue
+        if r.errors or r.plan is None:
+            report.append({"recipe": path, "file": "", "status": "invalid", "detail": r.errors[0].message})
+            continue
+        expected_dirs.add(r.plan.name)
+        for rel, fresh in r.files.items():
+            target = os.path.join(out_dir, r.plan.name, rel)
+            status, detail = header.compare(target, fresh)
+            report.append({"recipe": path, "file": target, "status": status, "detail": detail,
+                           "fresh": fresh if status == "stale" else ""})
+        gen_dir = os.path.join(out_dir, r.plan.name)
+        if os.path.isdir(gen_dir):
+            for extra in sorted(set(os.listdir(gen_dir)) - set(r.files)):
+                report.append({"recipe": path, "file": os.path.join(gen_dir, extra), "status": "extra",
+                               "detail": "not produced by the compiler any more"})
+    if os.path.isdir(out_dir) and not args.recipes:
+        for d in sorted(os.listdir(out_dir)):
+            if os.path.isdir(os.path.join(out_dir, d)) and d not in expected_dirs and not d.startswith("."):
+                report.append({"recipe": "", "file": os.path.join(out_dir, d), "status": "orphan",
+                               "detail": "no recipe compiles to this folder"})
+    bad = [r for r in report if r["status"] != "current"]
+    if _fmtname(args) == "json":
+        print(json_dump([{k: v for k, v in r.items() if k != "fresh"} for r in report]))
+    else:
+        for r in bad:
+            print(f"{r['file'] or r['recipe']}: {r['status']}: {r['detail']}")
+            if args.diff and r["status"] == "stale" and os.path.exists(r["file"]):
+                with open(r["file"], encoding="utf-8") as fh:
+                    current = fh.read().splitlines(keepends=True)
+                sys.stdout.writelines(difflib.unified_diff(current, r["fresh"].splitlines(keepends=True),
+                                                           f"current {r['file']}", f"changed {r['file']}"))
+        if bad:
+            stale = sorted({r["recipe"] for r in bad if r["recipe"] and r["status"] in ("stale", "missing", "extra")})
+            edited = [r for r in bad if r["status"] == "edited"]
+            if stale:
+                print(f"generated files are out of date: run `mocompile compile {' '.join(stale)}`")
+            if edited:
+                print("hand-edited generated files: edit the recipe instead, then `mocompile compile --force ...`")
+        else:
+            print(f"{len(report)} generated files are current")
+    return EXIT_FINDINGS if bad else EXIT_CLEAN
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from mocompile.rules.engine import by_id
+    rules = by_id()
+    target = args.target
+    if target.upper() in rules and not os.path.exists(target):
+        r = rules[target.upper()]
+        if _fmtname(args) == "json":
+            print(json_dump({"id": r.id, "name": r.name, "severity": r.severity, "message": r.message,
+                             "hint": r.hint, "upstream": r.upstream, "source": r.source, "fields": list(r.fields)}))
+        else:
+            print(f"{r.name} ({r.id})\n\nseverity: {r.severity}; enforced upstream by: {r.upstream}\n"
+                  f"source: {r.source}\nreads: {', '.join(r.fields)}\n\nWhat it checks: {r.message}\n"
+                  f"Fix: {r.hint}")
+        return EXIT_CLEAN
+    try:
+        r = analyse(target, args.sets, args.unsets)
+    except InputError as exc:
+        emit_diagnostics(argparse.Namespace(format="text" if args.format == "auto" else args.format,
+                                            verb="lint", no_color=True), exc.diagnostics)
+        return EXIT_INPUT
+    plan = r.plan
+    assert plan is not None
+    if _fmtname(args) == "json":
+        print(json_dump({
+            "name": plan.name, "goal": plan.goal, "model": plan.model.get("id"), "gpu": plan.hardware["id"],
+            "settings": {k: d.as_dict() for k, d in plan.settings.items()},
+            "env": {k: d.as_dict() for k, d in plan.env.items()},
+            "memory": plan.memory,
+            "diagnostics": [d.as_dict() for d in r.diagnostics],
+        }))
+    else:
+        print(f"{plan.name}: {plan.model.get('display')} on {plan.hardware['world_size']}x {plan.hardware['display']}, "
+              f"goal {plan.goal}")
+        width = max(len(k) for k in plan.settings)
+        for key, d in plan.settings.items():
+            if d.source in ("model", "hardware") and key not in ("num_layers", "num_moe_experts"):
+                continue
+            line = f"  {key:<{width}}  {d.value!r:<24} {d.source:<8} {d.reason}"
+            print(line)
+            for alt, why in d.rejected:
+                print(f"  {'':<{width}}    rejected {alt!r}: {why}")
+        print("environment:")
+        for key, d in plan.env.items():
+            print(f"  {key}={d.value}  ({d.source}: {d.reason})")
+        m = plan.memory
+        print(f"memory estimate: {m.get('estimate_gib')} GiB of {m.get('gpu_memory_gib')} GiB per GPU "
+              f"(weights+optimizer {m.get('weights_and_optimizer_gib')}, activations {m.get('activations_gib')}, "
+              f"logits {m.get('logits_gib')}, dispatcher buffers {m.get('dispatcher_buffers_gib')})")
+        if r.diagnostics:
+            print(formats.text(r.diagnostics))
+    return EXIT_FINDINGS if r.errors else EXIT_CLEAN
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from mocompile.jsonschema import json_schema
+    text = json.dumps(json_schema(), indent=2) + "\n"
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        sys.stdout.write(text)
+    return EXIT_CLEAN
+
+
+def cmd_rules(args: argparse.Namespace) -> int:
+    from mocompile.rules.engine import rules
+    if _fmtname(args) == "json":
+        print(json_dump([{"id": r.id, "name": r.name, "severity": r.severity, "upstream": r.upstream,
+                          "message": r.message, "hint": r.hint, "source": r.source} for r in rules()]))
+    else:
+        for r in rules():
+            print(f"{r.id:<8} {r.severity:<8} {r.upstream:<9} {r.name}")
+    return EXIT_CLEAN
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from mocompile.catalogue import gpus, models
+    for mid, m in sorted(models().items()):
+        print(f"{mid:<22} {m.get('display', ''):<24} {m['num_layers']:>3} layers  {m['num_moe_experts']:>4} experts "
+              f"top-{m['moe_router_topk']}")
+    print()
+    for gid, g in sorted(gpus().items()):
+        print(f"{gid:<8} {g['display']:<28} {g['memory_gib']:>4} GiB  NVLink domain {g['nvlink_domain']}")
+    return EXIT_CLEAN

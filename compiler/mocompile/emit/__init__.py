@@ -1,0 +1,1 @@
+"""Stage 5: turn a Plan into files (jinja2 templates; deterministic byte for byte)."""

@@ -1,0 +1,136 @@
+"""Prepare the values the Bridge Python recipe template prints.
+
+Every assignment carries a comment naming the decision (and rule) behind it,
+taken from the Plan; the template itself only formats.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mocompile.ir import Decision, Plan
+
+MIXED_PRECISION = {
+    "bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp32": None,
+    "fp8-cs": "bf16_with_fp8_current_scaling_mixed", "fp8-ds": "bf16_with_fp8_delayed_scaling_mixed",
+    "fp8-blockwise": "bf16_with_fp8_subchannel_scaling_mixed", "mxfp8": "bf16_with_mxfp8_mixed",
+    "nvfp4": "bf16_with_nvfp4_mixed",
+}
+
+# Model fields the plan decides, in the order they are written (Megatron's names).
+MODEL_FIELDS = (
+    "tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
+    "pipeline_model_parallel_layout", "context_parallel_size", "expert_model_parallel_size",
+    "expert_tensor_parallel_size", "sequence_parallel",
+    "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_flex_dispatcher_num_sms",
+    "moe_shared_expert_overlap", "moe_router_force_load_balancing", "moe_grouped_gemm",
+    "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules",
+    "cuda_graph_impl", "cuda_graph_modules", "use_te_rng_tracker", "mtp_num_layers",
+)
+
+
+def _comment(d: Decision) -> str:
+    rules = f" [{', '.join(d.rules)}]" if d.rules else ""
+    return f"{d.source}: {d.reason}{rules}"
+
+
+def _assign(plan: Plan, field: str, value: Any = None) -> dict[str, Any]:
+    d = plan.settings[field]
+    return {"field": field, "value": d.value if value is None else value, "comment": _comment(d)}
+
+
+def _custom_model(plan: Plan) -> list[dict[str, Any]]:
+    """Constructor arguments for a GPTModelProvider built from the numbers (no HF download)."""
+    m, te = plan.model, plan["te_version"] is not None
+    n_dense = int(m.get("first_k_dense", 0))
+    layer_freq: Any = 1 if n_dense == 0 else [0] * n_dense + [1] * (m["num_layers"] - n_dense)
+    args: list[tuple[str, Any, str]] = [
+        ("num_layers", m["num_layers"], "model"), ("hidden_size", m["hidden_size"], "model"),
+        ("ffn_hidden_size", m["ffn_hidden_size"], "model"),
+        ("num_attention_heads", m["num_attention_heads"], "model"),
+        ("num_query_groups", m["num_query_groups"], "model"), ("kv_channels", m["kv_channels"], "model"),
+        ("num_moe_experts", m["num_moe_experts"], "model"), ("moe_router_topk", m["moe_router_topk"], "model"),
+        ("moe_ffn_hidden_size", m["moe_ffn_hidden_size"], "model"),
+        ("moe_shared_expert_intermediate_size", m["shared_expert_size"] or None, "model"),
+        ("moe_layer_freq", layer_freq, f"{n_dense} leading dense layer(s)"),
+        ("vocab_size", m["vocab_size"], "model"), ("seq_length", plan["seq_length"], "training.seq_length"),
+        ("normalization", "RMSNorm", "model"), ("gated_linear_unit", bool(m["gated_linear_unit"]), "model"),
+        ("position_embedding_type", "rope", "model"), ("rotary_base", 1000000, "model"),
+        ("add_bias_linear", bool(m["add_bias_linear"]), "model"), ("qk_layernorm", bool(m["qk_layernorm"]), "model"),
+        ("share_embeddings_and_output_weights", False, "untied embeddings"),
+        ("moe_router_load_balancing_type", "aux_loss", "router"), ("moe_aux_loss_coeff", 1e-3, "router"),
+        ("moe_router_dtype", "fp32", "fp32 routing for many experts (T79)"),
+        ("attention_dropout", 0.0, "pretraining"), ("hidden_dropout", 0.0, "pretraining"),
+        ("make_vocab_size_divisible_by", 128, "vocab padding"),
+    ]
+    if not te:
+        args += [(k, False, "no Transformer Engine: fused kernel unavailable") for k in (
+            "bias_activation_fusion", "masked_softmax_fusion", "persist_layer_norm", "bias_dropout_fusion",
+            "apply_rope_fusion", "gradient_accumulation_fusion", "cross_entropy_loss_fusion", "moe_permute_fusion")]
+        args.append(("transformer_impl", "local", "no Transformer Engine: Megatron-Core local layer spec"))
+    return [{"field": k, "value": v, "comment": c} for k, v, c in args]
+
+
+def context(plan: Plan, source: str) -> dict[str, Any]:
+    m = plan.model
+    bridge = m.get("bridge") or {}
+    recipe = bridge.get("recipe")
+    te = plan["te_version"] is not None
+    flex = plan["moe_token_dispatcher_type"] == "flex"
+    model_assignments = [_assign(plan, f) for f in MODEL_FIELDS if not (flex and f in (
+        "moe_token_dispatcher_type", "moe_flex_dispatcher_backend"))]
+    model_assignments.insert(0, {"field": "seq_length", "value": plan["seq_length"], "comment": "training.seq_length"})
+    planned = {a["field"]: a["value"] for a in model_assignments}
+    if flex:
+        planned["moe_token_dispatcher_type"] = "flex"
+        planned["moe_flex_dispatcher_backend"] = plan["moe_flex_dispatcher_backend"]
+        planned["moe_shared_expert_overlap"] = plan["moe_shared_expert_overlap"]
+    overlap = {
+        "tp_comm_overlap": False,
+        "overlap_moe_expert_parallel_comm": bool(plan["overlap_moe_expert_parallel_comm"]),
+        "delay_wgrad_compute": bool(plan["delay_wgrad_compute"]),
+        "overlap_p2p_comm": bool(plan["overlap_p2p_comm"]),
+        "batch_p2p_comm": bool(plan["batch_p2p_comm"]),
+        "overlap_grad_reduce": bool(plan["overlap_grad_reduce"]),
+        "overlap_param_gather": bool(plan["overlap_param_gather"]),
+    }
+    overlap_comments = {
+        "tp_comm_overlap": "TP comm overlap needs TE userbuffers; mocompile does not plan it",
+        "overlap_moe_expert_parallel_comm": _comment(plan.settings["overlap_moe_expert_parallel_comm"]),
+        "delay_wgrad_compute": _comment(plan.settings["delay_wgrad_compute"]),
+        "overlap_p2p_comm": _comment(plan.settings["overlap_p2p_comm"]),
+        "batch_p2p_comm": _comment(plan.settings["batch_p2p_comm"]),
+        "overlap_grad_reduce": _comment(plan.settings["overlap_grad_reduce"]),
+        "overlap_param_gather": _comment(plan.settings["overlap_param_gather"]),
+    }
+    t = plan.intent["training"]
+    lr = float(t["lr"])
+    iters = plan["train_iters"]
+    return {
+        "source": source,
+        "model_display": m.get("display", m.get("id")),
+        "gpu_display": plan.hardware["display"],
+        "goal": plan.goal,
+        "recipe_module": bridge.get("module") if recipe else None,
+        "recipe": recipe,
+        "needs_hf_config": bool(bridge.get("needs_hf_config")) if recipe else False,
+        "hf_id": m.get("hf_id"),
+        "custom_model": None if recipe else _custom_model(plan),
+        "layer_spec": "default_layer_spec" if te else "local_layer_spec",
+        "model_assignments": model_assignments,
+        "planned": planned,
+        "flex_backend": plan["moe_flex_dispatcher_backend"] if flex else None,
+        "flex_comment": _comment(plan.settings["moe_flex_dispatcher_backend"]) if flex else "",
+        "overlap": overlap,
+        "overlap_comments": overlap_comments,
+        "mixed_precision": MIXED_PRECISION[plan["precision"]],
+        "train": {"train_iters": iters, "global_batch_size": plan["global_batch_size"],
+                  "micro_batch_size": plan["micro_batch_size"]},
+        "seq_length": plan["seq_length"],
+        "vocab_size": m["vocab_size"],
+        "seed": plan["seed"],
+        "lr": lr,
+        "min_lr": lr / 10,
+        "warmup": max(1, min(500, iters // 10)),
+        "env_vars": {k: str(d.value) for k, d in sorted(plan.env.items())},
+    }

@@ -1,0 +1,156 @@
+"""Render a Plan into the artifact files. Templates only format; this module
+prepares plain values for them, so every decision lives in the Plan."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import shlex
+from typing import Any
+
+import jinja2
+
+from mocompile import __version__
+from mocompile.emit import header, python_recipe
+from mocompile.ir import Document, Plan
+from mocompile.project import find_root
+
+TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
+
+
+def pyrepr(value: Any) -> str:
+    """A Python literal for a plain value; repr() escapes every string safely."""
+    if isinstance(value, (dict, list, tuple, str, int, float, bool)) or value is None:
+        return repr(value)
+    raise TypeError(f"cannot emit {type(value).__name__} as a Python literal")
+
+
+def shquote(value: Any) -> str:
+    return shlex.quote(str(value))
+
+
+def yamlstr(value: Any) -> str:
+    """JSON strings are valid YAML scalars, with every special character escaped."""
+    return json.dumps(str(value))
+
+
+def pycomment(text: str) -> str:
+    """One comment line: no newlines can escape into code."""
+    return re.sub(r"[\r\n]+", " ", str(text)).strip()
+
+
+@functools.lru_cache(maxsize=1)
+def env() -> jinja2.Environment:
+    e = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
+                           keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
+    e.filters.update(pyrepr=pyrepr, shquote=shquote, yamlstr=yamlstr, pycomment=pycomment)
+    return e
+
+
+def _rel(path: str) -> str:
+    """Project-relative POSIX path, so headers do not depend on where mocompile ran."""
+    root = find_root(os.path.dirname(os.path.abspath(path))) or os.getcwd()
+    rel = os.path.relpath(os.path.abspath(path), root)
+    return rel.replace(os.sep, "/")
+
+
+def input_hash(doc: Document, sets: list[str], unsets: list[str]) -> str:
+    h = hashlib.sha256(f"mocompile {__version__}\n".encode())
+    for f in doc.files:
+        h.update(f"{_rel(f)}\n{doc.text.get(f, '')}\n".encode())
+    for s in unsets:
+        h.update(f"--unset {s}\n".encode())
+    for s in sets:
+        h.update(f"--set {s}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def env_block(plan: Plan) -> list[tuple[str, str]]:
+    return sorted((k, str(d.value)) for k, d in plan.env.items())
+
+
+def lock(plan: Plan) -> dict[str, Any]:
+    """The resolved plan, target versions and the runtime minimums the preflight checks."""
+    return {
+        "name": plan.name,
+        "goal": plan.goal,
+        "model": {k: plan.model[k] for k in ("id", "display", "hf_id") if k in plan.model},
+        "hardware": {"gpu": plan.hardware["id"], "nodes": plan.hardware["nodes"],
+                     "gpus_per_node": plan.hardware["gpus_per_node"], "world_size": plan.hardware["world_size"]},
+        "versions": {"megatron_core": plan["mcore_version"], "megatron_bridge": plan["bridge_version"],
+                     "torch": plan["torch_version"], "transformer_engine": plan["te_version"]},
+        "requirements": requirements(plan),
+        "settings": {k: d.as_dict() for k, d in sorted(plan.settings.items())},
+        "env": {k: d.as_dict() for k, d in sorted(plan.env.items())},
+        "memory": plan.memory,
+        "diagnostics": [d.as_dict() for d in plan.diagnostics],
+    }
+
+
+def requirements(plan: Plan) -> dict[str, Any]:
+    """Minimum versions this plan needs at run time (from the rules it relies on)."""
+    torch_min = "2.6.0"
+    te_min = None
+    if plan["te_version"] is not None:
+        te_min = "1.7.0"
+        if plan["delay_wgrad_compute"] and plan["overlap_grad_reduce"]:
+            te_min = "2.7.0"
+        if plan["delay_wgrad_compute"] and plan["cuda_graph_impl"] == "transformer_engine":
+            te_min = "2.10.0"
+        scopes = plan["cuda_graph_modules"] or []
+        if plan["delay_wgrad_compute"] and "attn" in scopes:
+            te_min = "2.12.0"
+        if plan["fp4"] is not None:
+            te_min = max(te_min, "2.7.0", key=lambda v: tuple(int(x) for x in v.split(".")))
+    backend = plan["moe_flex_dispatcher_backend"] if plan["moe_token_dispatcher_type"] == "flex" else None
+    dispatch = {"deepep": ["deep_ep", "Buffer"], "hybridep": ["deep_ep", "HybridEPBuffer"]}.get(backend or "")
+    required_env = {k: str(d.value) for k, d in plan.env.items()
+                    if k in ("CUDA_DEVICE_MAX_CONNECTIONS", "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", "USE_MNNVL")}
+    return {"torch": torch_min, "transformer_engine": te_min, "dispatch_import": dispatch, "env": required_env}
+
+
+def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
+              out_rel: str = "generated") -> dict[str, str]:
+    """Every file for ``generated/<name>/``, keyed by file name."""
+    source = _rel(doc.files[-1])
+    ih = input_hash(doc, sets, unsets)
+    intent = plan.intent
+    launch = intent["launch"]
+    hw = plan.hardware
+    req = requirements(plan)
+    envs = env_block(plan)
+    common = dict(name=plan.name, nodes=hw["nodes"], gpus_per_node=hw["gpus_per_node"],
+                  world_size=hw["world_size"], env=envs, python=launch["python"],
+                  rel_dir=f"{out_rel.rstrip('/')}/{plan.name}")
+    t = env()
+    files: dict[str, str] = {}
+    files["train.py"] = header.stamp_comment(t.get_template("train.py.j2").render(
+        **common, **python_recipe.context(plan, source)), source, ih)
+    files["preflight.sh"] = header.stamp_comment(t.get_template("preflight.sh.j2").render(
+        **common, required_env=req["env"], torch_min=req["torch"], te_min=req["transformer_engine"],
+        dispatch_import=tuple(req["dispatch_import"]) if req["dispatch_import"] else None),
+        source, ih, shebang="#!/usr/bin/env bash")
+    targets = launch["targets"]
+    if "torchrun" in targets:
+        files["torchrun.sh"] = header.stamp_comment(t.get_template("torchrun.sh.j2").render(**common),
+                                                    source, ih, shebang="#!/usr/bin/env bash")
+    if "slurm" in targets:
+        files["slurm.sbatch"] = header.stamp_comment(t.get_template("slurm.sbatch.j2").render(
+            **common, slurm=launch["slurm"], container=launch.get("container"),
+            job_name=re.sub(r"[^A-Za-z0-9._-]", "-", plan.name)), source, ih, shebang="#!/usr/bin/env bash")
+    if "kubernetes" in targets:
+        k8s = launch.get("kubernetes") or {}
+        workdir = "/workspace"
+        rel = f"{out_rel.rstrip('/')}/{plan.name}"
+        command = (f"PYTHON={launch['python']} bash {rel}/preflight.sh && exec {launch['python']} -m torch.distributed.run "
+                   f"{rel}/train.py")
+        roles = [("Master", 1)] + ([("Worker", hw["nodes"] - 1)] if hw["nodes"] > 1 else [])
+        files["trainjob.yaml"] = header.stamp_comment(t.get_template("trainjob.yaml.j2").render(
+            **common, k8s_name=re.sub(r"[^a-z0-9-]", "-", plan.name.lower()).strip("-")[:63] or "mocompile",
+            namespace=k8s.get("namespace", "default"), image=launch.get("container") or "nvcr.io/nvidia/nemo:latest",
+            workdir=workdir, command=command, roles=roles), source, ih)
+    files["mocompile.lock.json"] = header.stamp_json(lock(plan), source, ih)
+    return files

@@ -1,0 +1,74 @@
+"""Derive a JSON Schema for editors from the same cerberus schema the compiler uses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mocompile import __version__
+from mocompile.catalogue import models
+from mocompile.schema import intent_schema, model_schema
+
+SIMPLE = {"integer": "integer", "number": "number", "string": "string", "boolean": "boolean",
+          "dict": "object", "list": "array"}
+
+
+def _rule(r: dict[str, Any]) -> dict[str, Any]:
+    t = r.get("type")
+    out: dict[str, Any] = {}
+    desc = (r.get("meta") or {}).get("description")
+    if t == "auto_int":
+        inner = {"type": "integer", "minimum": 1}
+        out = {"anyOf": [inner, {"const": "auto"}]}
+    elif t == "auto_bool":
+        out = {"anyOf": [{"type": "boolean"}, {"const": "auto"}]}
+    elif t == "auto_list":
+        out = {"anyOf": [{"type": "array", "items": _rule(r.get("schema", {}))}, {"const": "auto"}]}
+    elif isinstance(t, list):
+        out = {"type": [SIMPLE[x] for x in t]}
+    elif t in SIMPLE:
+        out = {"type": SIMPLE[t]}
+    if t == "dict" and "schema" in r:
+        out.update(_object(r["schema"]))
+    if t == "dict" and "keysrules" in r:
+        out["propertyNames"] = {"pattern": r["keysrules"]["regex"]}
+    if t == "dict" and "valuesrules" in r:
+        vt = r["valuesrules"]["type"]
+        out["additionalProperties"] = {"type": [SIMPLE[x] for x in (vt if isinstance(vt, list) else [vt])]}
+    if t == "list" and "schema" in r:
+        out["items"] = _rule(r["schema"])
+    if "allowed" in r:
+        out["enum"] = list(r["allowed"]) + ([None] if r.get("nullable") else [])
+    if "min" in r:
+        out["minimum"] = r["min"]
+    if "max" in r:
+        out["maximum"] = r["max"]
+    if "regex" in r:
+        out["pattern"] = r["regex"]
+    if r.get("nullable") and "type" in out and isinstance(out["type"], str):
+        out["type"] = [out["type"], "null"]
+    if "default" in r:
+        out["default"] = r["default"]
+    if desc:
+        out["description"] = desc
+    return out
+
+
+def _object(schema: dict[str, Any]) -> dict[str, Any]:
+    props = {k: _rule(v) for k, v in schema.items()}
+    required = sorted(k for k, v in schema.items() if v.get("required"))
+    out: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
+    if required:
+        out["required"] = required
+    return out
+
+
+def json_schema() -> dict[str, Any]:
+    root = _object(intent_schema())
+    model_obj = _object(model_schema())
+    root["properties"]["model"] = {
+        "description": root["properties"]["model"].get("description", ""),
+        "anyOf": [{"type": "string", "enum": sorted(models())}, model_obj],
+    }
+    return {"$schema": "http://json-schema.org/draft-07/schema#",
+            "$id": f"https://mocompile.dev/schema/intent-{__version__}.json",
+            "title": "mocompile intent", **root}

@@ -1,0 +1,221 @@
+"""Stage 1: read recipe YAML into a ``Document`` that remembers every position.
+
+Handles ``extends:`` (deep merge, child wins, lists replace, cycles rejected)
+and the CLI's ``--set a.b=v`` / ``--unset a.b`` which apply last, in order.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+from mocompile.errors import InputError
+from mocompile.ir import Diagnostic, Document, Path, Position
+
+CLI = "<command line>"
+
+
+def _diag(message: str, pos: Position, hint: str = "", rule: str = "INPUT") -> Diagnostic:
+    return Diagnostic(rule, "error", message, pos, hint)
+
+
+def _yaml() -> YAML:
+    y = YAML(typ="rt")
+    y.allow_duplicate_keys = False
+    return y
+
+
+def _plain(node: Any, file: str, path: Path, positions: dict[Path, Position]) -> Any:
+    """Convert a ruamel node to plain Python, recording 1-based positions."""
+    if isinstance(node, CommentedMap):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            line, col = node.lc.value(key) if value is not None else node.lc.key(key)
+            if isinstance(value, (CommentedMap, CommentedSeq)) and len(value) and not _is_flow(value):
+                line, col = node.lc.key(key)
+            kline, kcol = node.lc.key(key)
+            sub = path + (str(key),)
+            positions[sub] = Position(file, line + 1, col + 1)
+            positions[sub + ("<key>",)] = Position(file, kline + 1, kcol + 1)
+            out[str(key)] = _plain(value, file, sub, positions)
+        return out
+    if isinstance(node, CommentedSeq):
+        items = []
+        for i, value in enumerate(node):
+            line, col = node.lc.item(i)
+            positions[path + (i,)] = Position(file, line + 1, col + 1)
+            items.append(_plain(value, file, path + (i,), positions))
+        return items
+    if hasattr(node, "value") and type(node).__module__.startswith("ruamel"):
+        return node.value if not isinstance(node, (int, float, str, bool)) else _scalar(node)
+    return _scalar(node)
+
+
+def _is_flow(node: Any) -> bool:
+    try:
+        return bool(node.fa.flow_style())
+    except AttributeError:
+        return False
+
+
+def _scalar(value: Any) -> Any:
+    """Strip ruamel's scalar subclasses so values compare and print plainly."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+def parse_text(text: str, file: str) -> tuple[dict[str, Any], dict[Path, Position]]:
+    """Parse one YAML text; raise ``InputError`` with a position on failure."""
+    positions: dict[Path, Position] = {(): Position(file, 1, 1)}
+    if not text.strip():
+        raise InputError([_diag("file is empty; a recipe needs at least `schema`, `model`, `hardware` and `goal`",
+                                Position(file, 1, 1), "start from one of the files in recipes/")])
+    try:
+        node = _yaml().load(text)
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        problem = (exc.problem or exc.context or "invalid YAML").strip()
+        raise InputError([_diag(f"malformed YAML: {problem}", Position(file, line, col),
+                                "fix the YAML syntax at this position")]) from None
+    except YAMLError as exc:  # pragma: no cover - ruamel raises Marked errors for text input
+        raise InputError([_diag(f"malformed YAML: {exc}", Position(file, 1, 1))]) from None
+    if node is None:
+        raise InputError([_diag("file holds no YAML document (only comments?)", Position(file, 1, 1),
+                                "start from one of the files in recipes/")])
+    if not isinstance(node, CommentedMap):
+        raise InputError([_diag(f"top level must be a mapping, got {type(node).__name__}",
+                                Position(file, 1, 1), "write `key: value` lines")])
+    return _plain(node, file, (), positions), positions
+
+
+def _merge(base: dict[str, Any], bpos: dict[Path, Position], child: dict[str, Any],
+           cpos: dict[Path, Position], path: Path = ()) -> dict[str, Any]:
+    """Deep-merge ``child`` over ``base``; mappings merge, everything else replaces."""
+    out = dict(base)
+    for key, value in child.items():
+        sub = path + (key,)
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], bpos, value, cpos, sub)
+        else:
+            for p in [p for p in bpos if p[: len(sub)] == sub]:
+                del bpos[p]
+            out[key] = value
+        for p, pos in cpos.items():
+            if p[: len(sub)] == sub and (p == sub or p == sub + ("<key>",) or not isinstance(value, dict)):
+                bpos[p] = pos
+        if isinstance(value, dict):
+            bpos[sub] = cpos.get(sub, bpos.get(sub, Position(CLI)))
+            bpos[sub + ("<key>",)] = cpos.get(sub + ("<key>",), bpos[sub])
+    return out
+
+
+def _read(path: str, chain: list[str], texts: dict[str, str]) -> tuple[dict[str, Any], dict[Path, Position], list[str]]:
+    real = os.path.realpath(path)
+    if real in chain:
+        cycle = " -> ".join(os.path.relpath(p) for p in chain + [real])
+        raise InputError([_diag(f"`extends` cycle: {cycle}", Position(path, 1, 1),
+                                "remove one `extends:` so the chain ends")])
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        raise InputError([_diag(f"file not found: {path}", Position(path), "check the path")]) from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise InputError([_diag(f"cannot read {path}: {exc.__class__.__name__}", Position(path))]) from None
+    texts[path] = text
+    data, positions = parse_text(text, path)
+    files = [path]
+    parent = data.pop("extends", None)
+    if parent is not None:
+        ppos = positions.get(("extends",), Position(path, 1, 1))
+        if not isinstance(parent, str) or not parent:
+            raise InputError([_diag("`extends` must be a file path (string)", ppos)])
+        base_path = os.path.normpath(os.path.join(os.path.dirname(path), parent))
+        if not os.path.exists(base_path):
+            raise InputError([_diag(f"`extends` names a missing file: {parent}", ppos,
+                                    "paths are relative to the recipe that extends")])
+        base, bpos, bfiles = _read(base_path, chain + [real], texts)
+        base.pop("name", None)  # a name never inherits: each recipe is its own output
+        for p in [p for p in bpos if p and p[0] == "name"]:
+            del bpos[p]
+        data = _merge(base, bpos, data, positions)
+        positions = bpos
+        files = bfiles + files
+    return data, positions, files
+
+
+def parse_override(expr: str) -> tuple[list[str], Any]:
+    """Parse ``a.b.c=value``; the value is read as a YAML scalar or flow node."""
+    if "=" not in expr:
+        raise InputError([_diag(f"--set needs KEY=VALUE, got {expr!r}", Position(CLI))])
+    key, raw = expr.split("=", 1)
+    keys = [k for k in key.strip().split(".")]
+    if not all(keys):
+        raise InputError([_diag(f"--set key {key!r} has an empty part", Position(CLI))])
+    try:
+        value = _yaml().load(raw) if raw.strip() else ""
+    except YAMLError:
+        value = raw
+    return keys, _to_plain(value)
+
+
+def _to_plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _to_plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_to_plain(v) for v in value]
+    return _scalar(value)
+
+
+def apply_overrides(doc: Document, sets: list[str], unsets: list[str]) -> Document:
+    """Apply ``--unset`` then ``--set`` (each in the order given) on top of the file."""
+    for expr in unsets:
+        keys = [k for k in expr.split(".") if k]
+        node: Any = doc.data
+        for k in keys[:-1]:
+            node = node.get(k) if isinstance(node, dict) else None
+        if isinstance(node, dict) and keys and keys[-1] in node:
+            del node[keys[-1]]
+            prefix = tuple(keys)
+            for p in [p for p in doc.positions if p[: len(prefix)] == prefix]:
+                del doc.positions[p]
+    for expr in sets:
+        keys, value = parse_override(expr)
+        node = doc.data
+        for i, k in enumerate(keys[:-1]):
+            if not isinstance(node.get(k), dict):
+                node[k] = {}
+                doc.positions[tuple(keys[: i + 1])] = Position(CLI)
+            node = node[k]
+        node[keys[-1]] = value
+        prefix = tuple(keys)
+        for p in [p for p in doc.positions if p[: len(prefix)] == prefix]:
+            del doc.positions[p]
+        doc.positions[prefix] = Position(CLI)
+        doc.positions[prefix + ("<key>",)] = Position(CLI)
+    return doc
+
+
+def load(path: str, sets: list[str] | None = None, unsets: list[str] | None = None) -> Document:
+    """Read ``path`` (following ``extends``) and apply command-line overrides."""
+    texts: dict[str, str] = {}
+    data, positions, files = _read(path, [], texts)
+    doc = Document(data=data, positions=positions, files=files, text=texts)
+    doc.positions[()] = Position(path, 1, 1)
+    if "name" not in doc.data:
+        stem = os.path.splitext(os.path.basename(path))[0]
+        doc.data["name"] = stem
+        doc.positions[("name",)] = Position(path, 1, 1)
+    return apply_overrides(doc, sets or [], unsets or [])

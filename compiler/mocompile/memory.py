@@ -1,0 +1,128 @@
+"""MoE-aware per-GPU memory estimate for the most-loaded rank.
+
+Counts weights, gradients and Adam state per shard (expert parameters shard over
+EP*ETP and their optimizer state over expert-DP), activations including the
+top-k routed tokens, unfused attention scores where there is no Transformer
+Engine, logits, and dispatcher buffers. The constants are calibrated against
+measured peaks (benchmarks/results/); see docs/memory.md.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+GIB = 1024 ** 3
+ROUTING_IMBALANCE = 1.2      # most-loaded expert rank vs the mean, natural routing
+WORKSPACE_GIB = 0.5          # NCCL/cuBLAS workspaces and allocator slack
+
+
+def _attention_params(m: dict[str, Any]) -> float:
+    h, heads, kv = m["hidden_size"], m["num_attention_heads"], m["kv_channels"]
+    if m.get("attention") == "mla":
+        q_lora, kv_lora, rope, nope = m.get("q_lora_rank", 1536), m.get("kv_lora_rank", 512), 64, 128
+        return (h * q_lora + q_lora * heads * (nope + rope) + h * (kv_lora + rope)
+                + kv_lora * heads * (nope + kv) + heads * kv * h)
+    q, kvd = heads * kv, m["num_query_groups"] * kv
+    return h * (q + 2 * kvd) + q * h
+
+
+def parameters(m: dict[str, Any]) -> dict[str, float]:
+    """Total parameter counts by kind (not yet sharded)."""
+    h = m["hidden_size"]
+    g = 3 if m.get("gated_linear_unit", True) else 2
+    n_moe = m["num_layers"] - m.get("first_k_dense", 0)
+    attn = _attention_params(m) * m["num_layers"]
+    dense_mlp = g * h * m["ffn_hidden_size"] * m.get("first_k_dense", 0)
+    shared = g * h * m.get("shared_expert_size", 0) * n_moe
+    router = h * m["num_moe_experts"] * n_moe
+    experts = g * h * m["moe_ffn_hidden_size"] * m["num_moe_experts"] * n_moe
+    embed = h * m["vocab_size"] * 2  # untied input embedding and output layer
+    return {"attention": attn, "dense_mlp": dense_mlp, "shared": shared, "router": router,
+            "experts": experts, "embedding": embed}
+
+
+def _act_bytes_per_token(m: dict[str, Any], c: dict[str, Any], modules: list[str], full: bool) -> float:
+    """Bytes kept for backward per local token per layer (averaged over dense/MoE layers)."""
+    h = m["hidden_size"]
+    if full:
+        return 2.0 * h
+    q = m["num_attention_heads"] * m["kv_channels"]
+    kvd = m["num_query_groups"] * m["kv_channels"]
+    attn = h * 10 + 2 * (q + 2 * kvd)
+    if "core_attn" in modules or "mla_up_proj" in modules:
+        attn -= 2 * (q + 2 * kvd)
+    if "layernorm" in modules:
+        attn -= 4 * h
+    topk = m["moe_router_topk"]
+    imbalance = 1.0 if c.get("moe_router_force_load_balancing") else ROUTING_IMBALANCE
+    per_routed = 2 * h + 6 * m["moe_ffn_hidden_size"]
+    if "moe_act" in modules:
+        per_routed -= 2 * m["moe_ffn_hidden_size"]
+    moe = 4 * h + 5 * m["num_moe_experts"] + topk * imbalance * per_routed
+    if m.get("shared_expert_size"):
+        moe += 2 * h + 6 * m["shared_expert_size"] if "shared_experts" not in modules else 2 * h
+    if "moe" in modules:
+        moe = 2 * h
+    dense = 2 * h + 6 * m["ffn_hidden_size"]
+    if "mlp" in modules:
+        dense = 2 * h
+    frac_moe = (m["num_layers"] - m.get("first_k_dense", 0)) / m["num_layers"]
+    return attn + frac_moe * moe + (1 - frac_moe) * dense
+
+
+def estimate(m: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
+    """Estimate peak allocated bytes per GPU for flat settings ``c``; GiB figures."""
+    tp, pp, cp = c["tensor_model_parallel_size"], c["pipeline_model_parallel_size"], c["context_parallel_size"]
+    ep, etp = c["expert_model_parallel_size"], c["expert_tensor_parallel_size"]
+    vpp = c.get("virtual_pipeline_model_parallel_size") or 1
+    world = c["world_size"]
+    dp = max(1, world // (tp * pp * cp))
+    edp = max(1, world // (ep * etp * pp))
+    p = parameters(m)
+    layers_rank = math.ceil(m["num_layers"] / pp)
+    share = layers_rank / m["num_layers"]
+    dense = (p["attention"] + p["dense_mlp"] + p["shared"]) * share / tp + p["router"] * share
+    dense += p["embedding"] / 2 / tp if pp > 1 else p["embedding"] / tp
+    experts = p["experts"] * share / (ep * etp)
+    bytes_dense, bytes_expert = 6 + 12 / dp, 6 + 12 / edp
+    weights = dense * bytes_dense + experts * bytes_expert
+
+    granularity = c.get("recompute_granularity")
+    modules = list(c.get("recompute_modules") or []) if granularity == "selective" else []
+    full = granularity == "full"
+    s, b = c["seq_length"], c["micro_batch_size"]
+    tokens = s * b / (tp * cp)
+    per_layer = _act_bytes_per_token(m, c, modules, full) * tokens
+    if c.get("transformer_impl") == "local" and not ("core_attn" in modules or full):
+        per_layer += 5 * m["num_attention_heads"] / tp * (s / cp) ** 2 * b  # unfused softmax scores
+    m_total = max(1, c["global_batch_size"] // max(1, b * dp))
+    in_flight = min(pp, m_total) if pp > 1 else 1
+    if vpp > 1:
+        in_flight *= 1 + (pp - 1) / (pp * vpp)
+    if c.get("overlap_moe_expert_parallel_comm"):
+        in_flight += 1 if pp == 1 else 1 / vpp
+    acts = per_layer * layers_rank * in_flight
+    if full:  # one layer is rematerialised at a time
+        acts += _act_bytes_per_token(m, c, [], False) * tokens
+    logits = s * b * m["vocab_size"] * 4 * 2 / (tp * cp) if pp == 1 else 0.0
+
+    backend = c.get("moe_flex_dispatcher_backend") if c.get("moe_token_dispatcher_type") == "flex" else None
+    buffers = 0.0
+    if backend == "deepep":
+        buffers = 1.0 * GIB + (1.0 * GIB if ep * etp > c.get("nvlink_domain", 8) else 0.0)
+    elif backend == "hybridep":
+        ranks = c.get("hybridep_ranks_per_domain") or ep * etp
+        domains = max(1, (ep * etp) // ranks)
+        max_tokens = s * b * ranks * domains
+        buffers = max_tokens * m["hidden_size"] * 2 + max_tokens * (m["num_moe_experts"] // ep) * 4
+    total = weights + acts + logits + buffers + WORKSPACE_GIB * GIB
+    return {
+        "estimate_gib": round(total / GIB, 2),
+        "weights_and_optimizer_gib": round(weights / GIB, 2),
+        "activations_gib": round(acts / GIB, 2),
+        "logits_gib": round(logits / GIB, 2),
+        "dispatcher_buffers_gib": round(buffers / GIB, 2),
+        "params_per_gpu_m": round((dense + experts) / 1e6, 1),
+        "in_flight_microbatches": round(in_flight, 2),
+    }

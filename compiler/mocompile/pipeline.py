@@ -1,0 +1,42 @@
+"""The whole compiler in a few lines: load -> validate -> resolve -> check -> emit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mocompile.emit import render
+from mocompile.ir import Diagnostic, Document, Plan
+from mocompile.load import load
+from mocompile.resolve import resolve
+from mocompile.rules.engine import check
+from mocompile.schema import validate
+
+
+@dataclass
+class Result:
+    source: str
+    plan: Plan | None
+    diagnostics: list[Diagnostic]
+    files: dict[str, str] = field(default_factory=dict)  # relative path -> text
+    doc: Document | None = None
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "error"]
+
+
+def analyse(path: str, sets: list[str] | None = None, unsets: list[str] | None = None) -> Result:
+    """Everything up to and including the rule check. Raises ``InputError`` for bad input."""
+    doc = load(path, sets, unsets)
+    intent = validate(doc)
+    plan = resolve(intent, doc)
+    plan.diagnostics = sorted(check(plan), key=lambda d: (d.position, d.rule))
+    return Result(path, plan, plan.diagnostics, doc=doc)
+
+
+def compile_recipe(path: str, sets: list[str] | None = None, unsets: list[str] | None = None) -> Result:
+    """Analyse, then emit the artifacts when no error was found."""
+    result = analyse(path, sets, unsets)
+    if not result.errors and result.plan is not None and result.doc is not None:
+        result.files = render.artifacts(result.plan, result.doc, sets or [], unsets or [])
+    return result

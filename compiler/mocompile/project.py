@@ -1,0 +1,67 @@
+"""Project settings from ``[tool.mocompile]`` in pyproject.toml."""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+from dataclasses import dataclass, field
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from mocompile.errors import UsageError
+
+
+@dataclass
+class Settings:
+    root: str = "."
+    recipes: list[str] = field(default_factory=lambda: ["recipes/*.yaml"])
+    output: str = "generated"
+    strict: bool = False
+
+    def recipe_files(self) -> list[str]:
+        files: set[str] = set()
+        for pattern in self.recipes:
+            files.update(glob.glob(os.path.join(self.root, pattern)))
+        return sorted(os.path.relpath(f) for f in files)
+
+
+def find_root(start: str = ".") -> str | None:
+    here = os.path.abspath(start)
+    while True:
+        if os.path.exists(os.path.join(here, "pyproject.toml")):
+            return here
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+
+
+def load_settings(start: str = ".") -> Settings:
+    root = find_root(start)
+    if root is None:
+        return Settings()
+    try:
+        with open(os.path.join(root, "pyproject.toml"), "rb") as fh:
+            data = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"pyproject.toml: {exc}") from None
+    conf = data.get("tool", {}).get("mocompile", {})
+    unknown = set(conf) - {"recipes", "output", "strict"}
+    if unknown:
+        raise UsageError(f"pyproject.toml [tool.mocompile]: unknown key(s) {', '.join(sorted(unknown))}; "
+                         "known: recipes, output, strict")
+    s = Settings(root=os.path.relpath(root))
+    if "recipes" in conf:
+        if not isinstance(conf["recipes"], list) or not all(isinstance(x, str) for x in conf["recipes"]):
+            raise UsageError("pyproject.toml [tool.mocompile] recipes must be a list of glob strings")
+        s.recipes = conf["recipes"]
+    if "output" in conf:
+        s.output = os.path.join(s.root, str(conf["output"]))
+    else:
+        s.output = os.path.join(s.root, s.output)
+    s.strict = bool(conf.get("strict", False))
+    return s

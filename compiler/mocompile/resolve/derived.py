@@ -1,0 +1,94 @@
+"""CUDA graphs, pipeline p2p and gradient overlap flags, and the launch environment."""
+
+from __future__ import annotations
+
+from mocompile.ir import Decision
+from mocompile.resolve.context import Context
+
+DROPLESS_SCOPES = ["moe_router", "moe_preprocess"]
+
+
+def graphs(ctx: Context) -> None:
+    ipath, mpath = ("cuda_graphs", "impl"), ("cuda_graphs", "modules")
+    impl = ctx.pinned(*ipath) if ctx.explicit(*ipath) else None
+    mods = ctx.pinned(*mpath) if ctx.explicit(*mpath) else None
+    if impl is not None:
+        ctx.set("cuda_graph_impl", impl, "user", "pinned in the recipe", path=ipath)
+        default_mods = [] if impl in ("none", "full_iteration") else DROPLESS_SCOPES
+        ctx.set("cuda_graph_modules", list(mods) if mods is not None else default_mods,
+                "user" if mods is not None else "derived",
+                "pinned in the recipe" if mods is not None else "router + preprocess: legal for dropless MoE and with overlap",
+                path=mpath if mods is not None else None)
+        return
+    if ctx.goal != "throughput" or ctx["te_version"] is None:
+        why = "no Transformer Engine in the target stack" if ctx["te_version"] is None else f"goal {ctx.goal}: no graphs"
+        ctx.set("cuda_graph_impl", "none", "goal", why, [("transformer_engine", why)])
+        ctx.set("cuda_graph_modules", [] if mods is None else list(mods), "derived", "no graphs")
+        return
+    scopes = list(mods) if mods is not None else list(DROPLESS_SCOPES)
+    broken = ctx.errors_if(cuda_graph_impl="transformer_engine", cuda_graph_modules=scopes)
+    if broken:
+        ctx.set("cuda_graph_impl", "none", "goal", "graphs would break " + ", ".join(broken),
+                [("transformer_engine", ", ".join(broken))], rules=broken)
+        ctx.set("cuda_graph_modules", [], "derived", "no graphs")
+        return
+    ctx.set("cuda_graph_impl", "transformer_engine", "goal",
+            "throughput: TE graphs over the router and preprocessing cut host overhead (legal with EP overlap)")
+    ctx.set("cuda_graph_modules", scopes, "user" if mods is not None else "goal",
+            "dropless MoE: moe_router + moe_preprocess (never moe/mlp under overlap)", path=mpath if mods is not None else None)
+
+
+def p2p_and_grads(ctx: Context) -> None:
+    pp, vpp = ctx["pipeline_model_parallel_size"], ctx["virtual_pipeline_model_parallel_size"] or 1
+    ctx.set("overlap_p2p_comm", pp > 1 and vpp > 1, "derived",
+            "interleaved pipeline: overlap p2p (Bridge's derivation)" if pp > 1 and vpp > 1 else
+            "no interleaved pipeline")
+    ctx.set("batch_p2p_comm", pp > 1 and vpp == 1, "derived",
+            "plain pipeline: batched p2p" if pp > 1 and vpp == 1 else "not needed")
+    dp = ctx["data_parallel_size"]
+    want = dp > 1
+    blockers = ctx.errors_if(overlap_grad_reduce=True) if want else []
+    ctx.set("overlap_grad_reduce", want and not blockers, "derived",
+            "overlap the DP gradient reduce-scatter" if want and not blockers else
+            ("off: " + ", ".join(blockers) + " (delay_wgrad with grad overlap needs TE >= 2.7)" if blockers
+             else "no data parallelism"), rules=blockers)
+    ctx.set("overlap_param_gather", want and not blockers, "derived", "follows overlap_grad_reduce")
+    ctx.set("use_te_rng_tracker", ctx["cuda_graph_impl"] not in (None, "none"), "derived",
+            "CUDA graphs need TE's RNG tracker" if ctx["cuda_graph_impl"] not in (None, "none") else "no graphs")
+
+
+def _env(ctx: Context, key: str, value: str, reason: str) -> None:
+    user = ctx["env"]
+    if key in user:
+        ctx.env[key] = Decision(user[key], "user", "launch.env", position=ctx.doc.positions.get(("launch", "env", key)))
+    else:
+        ctx.env[key] = Decision(value, "derived", reason)
+
+
+def environment(ctx: Context) -> None:
+    """The one environment block every launcher exports (computed from final values)."""
+    flex = ctx["moe_token_dispatcher_type"] == "flex"
+    tp_cp = ctx["tensor_model_parallel_size"] > 1 or ctx["context_parallel_size"] > 1
+    overlap = bool(ctx["overlap_moe_expert_parallel_comm"])
+    if flex or ctx["gpu_arch"] == "blackwell":
+        conns, why = "32", "flex dispatcher or Blackwell: more hardware queues for the communication streams"
+    elif tp_cp and not overlap:
+        conns, why = "1", "TP/CP > 1 without EP overlap: Megatron wants ordered kernel launch before Blackwell"
+    else:
+        conns, why = ("32", "EP overlap needs concurrent streams (> 1)") if overlap else ("8", "default concurrency")
+    _env(ctx, "CUDA_DEVICE_MAX_CONNECTIONS", conns, why)
+    if ctx["moe_flex_dispatcher_backend"] == "hybridep" and flex:
+        group = ctx["expert_model_parallel_size"] * ctx["expert_tensor_parallel_size"]
+        _env(ctx, "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", str(ctx["hybridep_ranks_per_domain"]),
+             "HybridEP topology: ranks per NVLink domain (H1)")
+        _env(ctx, "USE_MNNVL", "1" if ctx.hw.get("mnnvl") and group > ctx["gpus_per_node"] else "0",
+             "multi-node NVLink only when the EP group spans trays of an NVL72 rack")
+    graphs_on = ctx["cuda_graph_impl"] not in (None, "none")
+    _env(ctx, "PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", "less fragmentation for MoE's ragged tensors")
+    if graphs_on:
+        _env(ctx, "NCCL_GRAPH_REGISTER", "0", "CUDA graphs with expandable segments need NCCL_GRAPH_REGISTER=0 (CG-10)")
+    _env(ctx, "NCCL_NVLS_ENABLE", "0", "NVLink SHARP multicast off: not needed for EP and unavailable on many hosts")
+    _env(ctx, "PYTHONUNBUFFERED", "1", "live logs")
+    for key, value in sorted(ctx["env"].items()):
+        if key not in ctx.env:
+            ctx.env[key] = Decision(value, "user", "launch.env", position=ctx.doc.positions.get(("launch", "env", key)))

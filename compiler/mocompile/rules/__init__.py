@@ -1,0 +1,1 @@
+"""The rule catalogue: metadata in ``catalogue.yaml``, predicates in ``checks.py``."""

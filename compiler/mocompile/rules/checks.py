@@ -1,0 +1,156 @@
+"""Rule predicates, keyed by catalogue ID. Each returns True when the rule is broken.
+
+A predicate reads only the flat ``{Megatron field: value}`` view of a plan, so the
+same function can be exercised against any settings (the parity tests do that).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from mocompile.layout import layout_error
+from mocompile.versions import at_least
+
+Cfg = dict[str, Any]
+Check = Callable[[Cfg], bool]
+
+DEEPEP_GROUP_SIZES = (2, 4, 8, 16, 24, 32, 64, 128, 144, 160)
+TE_GRAPH_IMPLS = ("transformer_engine",)
+
+
+def _ep_group(c: Cfg) -> int:
+    return int(c["expert_model_parallel_size"]) * int(c["expert_tensor_parallel_size"])
+
+
+def _vpp(c: Cfg) -> int:
+    return c["virtual_pipeline_model_parallel_size"] or 1
+
+
+def _overlap(c: Cfg) -> bool:
+    return bool(c["overlap_moe_expert_parallel_comm"])
+
+
+def _modules(c: Cfg) -> list[str]:
+    return list(c["recompute_modules"] or []) if c["recompute_granularity"] == "selective" else []
+
+
+def _scopes(c: Cfg) -> list[str]:
+    return list(c["cuda_graph_modules"] or []) if c["cuda_graph_impl"] not in (None, "none") else []
+
+
+def _te_graphs(c: Cfg) -> bool:
+    return c["cuda_graph_impl"] in TE_GRAPH_IMPLS
+
+
+def _te_below(c: Cfg, version: str) -> bool:
+    """True when the target has no TE, or one older than ``version``."""
+    return c["te_version"] is None or not at_least(c["te_version"], version)
+
+
+def _microbatches(c: Cfg) -> int:
+    denom = c["micro_batch_size"] * c["data_parallel_size"]
+    return c["global_batch_size"] // denom if denom else 0
+
+
+def _all_moe(c: Cfg) -> bool:
+    return int(c["first_k_dense"] or 0) == 0
+
+
+def _backend(c: Cfg) -> str | None:
+    return c["moe_flex_dispatcher_backend"] if c["moe_token_dispatcher_type"] == "flex" else None
+
+
+def _layers_per_rank(c: Cfg) -> int:
+    return c["num_layers"] // max(1, c["pipeline_model_parallel_size"])
+
+
+CHECKS: dict[str, Check] = {
+    "PAR001": lambda c: c["world_size"] % (c["tensor_model_parallel_size"] * c["pipeline_model_parallel_size"]
+                                           * c["context_parallel_size"]) != 0,
+    "PAR002": lambda c: c["world_size"] % (_ep_group(c) * c["pipeline_model_parallel_size"]) != 0,
+    "PAR003": lambda c: c["num_moe_experts"] % c["expert_model_parallel_size"] != 0,
+    "PAR004": lambda c: c["num_attention_heads"] % c["tensor_model_parallel_size"] != 0,
+    "PAR005": lambda c: (c["num_query_groups"] % c["tensor_model_parallel_size"] != 0
+                         and c["tensor_model_parallel_size"] % c["num_query_groups"] != 0),
+    "PAR006": lambda c: bool(c["sequence_parallel"]) and c["tensor_model_parallel_size"] <= 1,
+    "PAR007": lambda c: c["global_batch_size"] % (c["micro_batch_size"] * max(1, c["data_parallel_size"])) != 0,
+    "PAR008": lambda c: c["context_parallel_size"] > 1 and c["seq_length"] % (2 * c["context_parallel_size"]) != 0,
+    "PAR009": lambda c: (c["expert_model_parallel_size"] > 1 and c["tensor_model_parallel_size"] > 1
+                         and not c["sequence_parallel"]),
+    "PAR010": lambda c: bool(c["add_bias_linear"]) and c["expert_tensor_parallel_size"] != 1,
+    "PAR011": lambda c: c["expert_model_parallel_size"] > c["num_moe_experts"],
+    "PP001": lambda c: _vpp(c) > 1 and c["pipeline_model_parallel_size"] <= 1,
+    "PP002": lambda c: (not c["pipeline_model_parallel_layout"]
+                        and (c["num_layers"] % c["pipeline_model_parallel_size"] != 0
+                             or _layers_per_rank(c) % _vpp(c) != 0)),
+    "PP003": lambda c: bool(c["pipeline_model_parallel_layout"]) and layout_error(
+        c["pipeline_model_parallel_layout"], c["pipeline_model_parallel_size"], _vpp(c),
+        c["num_layers"], c["mtp_num_layers"] or 0) is not None,
+    "PP004": lambda c: _vpp(c) > 1 and c["pipeline_model_parallel_size"] <= 2 and not c["overlap_p2p_comm"],
+    "PP005": lambda c: _vpp(c) > 1 and c["pipeline_model_parallel_size"] > 1
+    and _microbatches(c) < c["pipeline_model_parallel_size"],
+    "PP006": lambda c: c["pipeline_model_parallel_size"] * _vpp(c) > c["num_layers"],
+    "OVL001": lambda c: _overlap(c) and c["expert_model_parallel_size"] <= 1,
+    "OVL002": lambda c: _overlap(c) and c["moe_token_dispatcher_type"] not in ("alltoall", "flex"),
+    "OVL003": lambda c: _overlap(c) and not (c["bf16"] or c["fp16"]),
+    "OVL004": lambda c: _overlap(c) and not at_least(c["torch_version"], "2.6.0"),
+    "OVL005": lambda c: _overlap(c) and c["pipeline_model_parallel_size"] > 1
+    and c["virtual_pipeline_model_parallel_size"] is None,
+    "OVL006": lambda c: _overlap(c) and c["recompute_granularity"] == "full",
+    "OVL007": lambda c: _overlap(c) and c["recompute_method"] is not None,
+    "OVL008": lambda c: _overlap(c) and c["recompute_num_layers"] is not None,
+    "OVL009": lambda c: _overlap(c) and "moe" in (c["recompute_modules"] or []),
+    "OVL010": lambda c: _overlap(c) and bool(c["moe_shared_expert_overlap"]),
+    "OVL011": lambda c: _overlap(c) and (c["mtp_num_layers"] or 0) > 1,
+    "OVL012": lambda c: _overlap(c) and _te_graphs(c) and bool({"moe", "mlp"} & set(_scopes(c))),
+    "OVL013": lambda c: _overlap(c) and c["num_moe_experts"] <= 1,
+    "OVL014": lambda c: _overlap(c) and c["pipeline_model_parallel_size"] == 1 and _microbatches(c) < 2,
+    "DW001": lambda c: bool(c["delay_wgrad_compute"]) and not _overlap(c),
+    "DW002": lambda c: bool(c["delay_wgrad_compute"]) and c["te_version"] is None,
+    "DW003": lambda c: bool(c["delay_wgrad_compute"]) and _te_graphs(c) and c["te_version"] is not None
+    and not at_least(c["te_version"], "2.10.0"),
+    "DW004": lambda c: bool(c["delay_wgrad_compute"]) and bool(c["overlap_grad_reduce"]) and _te_below(c, "2.7.0"),
+    "DW005": lambda c: bool(c["delay_wgrad_compute"]) and _te_graphs(c) and c["te_version"] is not None
+    and ("attn" in _scopes(c) or ("moe_router" in _scopes(c) and bool(c["moe_shared_expert_intermediate_size"])
+                                  and not c["moe_shared_expert_overlap"]))
+    and not at_least(c["te_version"], "2.12.0"),
+    "DW006": lambda c: bool(c["delay_wgrad_compute"]) and "attn" in _scopes(c) and bool(c["add_bias_linear"]),
+    "DSP001": lambda c: _backend(c) == "deepep" and "deepep" not in c["gpu_flex_backends"],
+    "DSP002": lambda c: _backend(c) == "hybridep" and "hybridep" not in c["gpu_flex_backends"],
+    "DSP003": lambda c: _backend(c) == "deepep" and _ep_group(c) > 1 and _ep_group(c) not in DEEPEP_GROUP_SIZES,
+    "DSP004": lambda c: c["moe_token_dispatcher_type"] == "flex" and _ep_group(c) <= 1,
+    "DSP005": lambda c: _backend(c) == "hybridep" and _ep_group(c) % c["hybridep_ranks_per_domain"] != 0,
+    "DSP006": lambda c: _backend(c) == "deepep" and _ep_group(c) > c["nvlink_domain"],
+    "DSP007": lambda c: bool(c["moe_shared_expert_overlap"]) and c["moe_token_dispatcher_type"] not in ("alltoall", "flex"),
+    "DSP008": lambda c: c["moe_token_dispatcher_type"] == "flex" and c["moe_flex_dispatcher_num_sms"] is not None
+    and c["moe_flex_dispatcher_num_sms"] % 2 != 0,
+    "DSP009": lambda c: _backend(c) == "hybridep" and c["fp8_dispatch"],
+    "RC001": lambda c: "moe_act" in _modules(c) and not c["moe_grouped_gemm"],
+    "RC002": lambda c: "mla_up_proj" in _modules(c) and not c["multi_latent_attention"],
+    "RC003": lambda c: c["recompute_granularity"] == "full"
+    and (c["recompute_method"] is None or c["recompute_num_layers"] is None),
+    "RC004": lambda c: c["recompute_granularity"] == "selective"
+    and (c["recompute_num_layers"] is not None or c["recompute_method"] is not None),
+    "RC005": lambda c: "shared_experts" in _modules(c) and bool(c["moe_shared_expert_overlap"]),
+    "RC006": lambda c: c["fp8"] == "delayed" and bool({"moe_act", "layernorm"} & set(_modules(c))),
+    "RC007": lambda c: c["recompute_granularity"] == "full" and c["recompute_num_layers"] is not None
+    and not 1 <= c["recompute_num_layers"] <= _layers_per_rank(c),
+    "CG001": lambda c: c["cuda_graph_impl"] == "local",
+    "CG002": lambda c: c["cuda_graph_impl"] == "full_iteration" and bool(c["cuda_graph_modules"]),
+    "CG003": lambda c: {"moe", "moe_router"} <= set(_scopes(c)),
+    "CG004": lambda c: "moe_preprocess" in _scopes(c) and "moe_router" not in _scopes(c),
+    "CG005": lambda c: "mlp" in _scopes(c) and _all_moe(c),
+    "CG006": lambda c: "moe" in _scopes(c) and c["moe_expert_capacity_factor"] is None,
+    "CG007": lambda c: c["recompute_granularity"] == "full" and c["cuda_graph_impl"] not in (None, "none", "full_iteration"),
+    "CG008": lambda c: _te_graphs(c) and "moe_router" in _scopes(c) and "moe" in _modules(c),
+    "CG009": lambda c: _te_graphs(c) and c["te_version"] is None,
+    "PREC001": lambda c: (c["fp8"] is not None or c["fp4"] is not None) and c["te_version"] is None,
+    "PREC002": lambda c: (c["fp8"] == "mxfp8" or c["fp4"] is not None) and c["gpu_arch"] != "blackwell",
+    "PREC003": lambda c: c["fp8"] is not None and c["gpu_arch"] == "ampere",
+    "PREC004": lambda c: c["fp4"] is not None and c["te_version"] is not None and not at_least(c["te_version"], "2.7.0"),
+    "MOE001": lambda c: bool(c["moe_grouped_gemm"]) and c["te_version"] is None,
+    "MOE002": lambda c: bool(c["moe_router_force_load_balancing"]),
+    "ENV001": lambda c: _overlap(c) and str(c["env"].get("CUDA_DEVICE_MAX_CONNECTIONS", "")) == "1",
+    "MEM001": lambda c: c.get("memory_estimate_gib", 0) > c["gpu_memory_gib"],
+    "VER001": lambda c: not at_least(c["torch_version"], "2.6.0"),
+}

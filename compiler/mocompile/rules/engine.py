@@ -1,0 +1,110 @@
+"""Run the rule catalogue over a plan and turn violations into diagnostics."""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from ruamel.yaml import YAML
+
+from mocompile.ir import Diagnostic, Plan, Position
+from mocompile.layout import layout_error
+from mocompile.rules.checks import CHECKS, DEEPEP_GROUP_SIZES
+from mocompile.versions import in_range
+
+CATALOGUE = os.path.join(os.path.dirname(__file__), "catalogue.yaml")
+VERSION_KEYS = {"megatron_core": "mcore_version", "megatron_bridge": "bridge_version",
+                "torch": "torch_version", "transformer_engine": "te_version"}
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    name: str
+    severity: str
+    fields: tuple[str, ...]
+    message: str
+    hint: str
+    upstream: str
+    source: str
+    versions: tuple[tuple[str, str], ...]
+    examples: dict[str, Any]
+
+    def applies(self, cfg: dict[str, Any]) -> bool:
+        """A rule keyed by versions holds only where the target stack is in range."""
+        return all(in_range(cfg.get(VERSION_KEYS[k]), spec) for k, spec in self.versions)
+
+    def broken(self, cfg: dict[str, Any]) -> bool:
+        return self.applies(cfg) and CHECKS[self.id](cfg)
+
+
+@functools.lru_cache(maxsize=1)
+def rules() -> tuple[Rule, ...]:
+    with open(CATALOGUE, encoding="utf-8") as fh:
+        entries = YAML(typ="safe").load(fh)
+    out = []
+    for e in entries:
+        out.append(Rule(e["id"], e["name"], e["severity"], tuple(e["fields"]), e["message"], e["hint"],
+                        e["upstream"], e["source"], tuple(sorted((e.get("versions") or {}).items())),
+                        e.get("examples") or {}))
+    ids = [r.id for r in out]
+    if len(set(ids)) != len(ids) or set(ids) != set(CHECKS):
+        raise RuntimeError(f"rule catalogue and checks disagree: {sorted(set(ids) ^ set(CHECKS))}")
+    return tuple(out)
+
+
+def by_id() -> dict[str, Rule]:
+    return {r.id: r for r in rules()}
+
+
+def context(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Values that messages may quote, beyond the plain fields."""
+    ctx = dict(cfg)
+    vpp = cfg.get("virtual_pipeline_model_parallel_size") or 1
+    pp = cfg.get("pipeline_model_parallel_size", 1)
+    ctx.update(
+        vpp=vpp,
+        cp2=2 * cfg.get("context_parallel_size", 1),
+        ep_group=cfg.get("expert_model_parallel_size", 1) * cfg.get("expert_tensor_parallel_size", 1),
+        deepep_sizes=", ".join(map(str, DEEPEP_GROUP_SIZES)),
+        hybridep_ranks=cfg.get("hybridep_ranks_per_domain"),
+        stages=pp * vpp,
+        layers_per_rank=cfg.get("num_layers", 0) // max(1, pp),
+        num_microbatches=cfg.get("global_batch_size", 0) // max(1, cfg.get("micro_batch_size", 1) * cfg.get("data_parallel_size", 1)),
+    )
+    if cfg.get("pipeline_model_parallel_layout"):
+        ctx["layout_error"] = layout_error(cfg["pipeline_model_parallel_layout"], pp, vpp,
+                                           cfg.get("num_layers", 0), cfg.get("mtp_num_layers") or 0)
+    return ctx
+
+
+def broken_rules(cfg: dict[str, Any]) -> list[Rule]:
+    """Every rule the flat settings break (used by the resolver and the parity tests)."""
+    return [r for r in rules() if r.broken(cfg)]
+
+
+def check(plan: Plan) -> list[Diagnostic]:
+    """Diagnostics for every broken rule, at the first pinned value it reads."""
+    cfg = plan.values()
+    ctx = context(cfg)
+    out = []
+    for rule in broken_rules(cfg):
+        pos = None
+        for f in rule.fields:
+            d = plan.settings.get(f)
+            if d is not None and d.source == "user" and d.position is not None:
+                pos = d.position
+                break
+        if pos is None:
+            pos = next((plan.settings[f].position for f in rule.fields
+                        if f in plan.settings and plan.settings[f].position is not None), None)
+        out.append(Diagnostic(rule.id, rule.severity, rule.message.format_map(_Safe(ctx)),
+                              pos or Position(plan.source, 1, 1), rule.hint))
+    return out
+
+
+class _Safe(dict):
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"

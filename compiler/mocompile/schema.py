@@ -1,0 +1,150 @@
+"""Stage 2: check a ``Document`` against the intent schema and fill defaults.
+
+The schema is data (``schemas/intent.yaml``, cerberus). Every problem in a file
+is reported at once, with its position and, for unknown keys and bad enum
+values, a did-you-mean.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import functools
+import os
+from typing import Any
+
+from cerberus import Validator, errors as cerr
+from ruamel.yaml import YAML
+
+from mocompile.errors import InputError
+from mocompile.ir import Diagnostic, Document, Path
+
+SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "schemas", "intent.yaml")
+
+
+@functools.lru_cache(maxsize=1)
+def raw_schema() -> dict[str, Any]:
+    """The schema file as plain data (cached: pre-commit runs many files)."""
+    with open(SCHEMA_FILE, encoding="utf-8") as fh:
+        return YAML(typ="safe").load(fh)
+
+
+def intent_schema() -> dict[str, Any]:
+    return {k: v for k, v in raw_schema().items() if k != "model_spec"}
+
+
+def model_schema() -> dict[str, Any]:
+    return raw_schema()["model_spec"]["schema"]
+
+
+class IntentValidator(Validator):
+    """Cerberus with the tri-state types: a value or the string ``auto``."""
+
+    def _validate_type_auto_int(self, value: Any) -> bool:
+        return value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
+
+    def _validate_type_auto_bool(self, value: Any) -> bool:
+        return value == "auto" or isinstance(value, bool)
+
+    def _validate_type_auto_list(self, value: Any) -> bool:
+        return value == "auto" or isinstance(value, list)
+
+
+TYPE_WORDS = {
+    "auto_int": "a positive integer or `auto`",
+    "auto_bool": "true, false or `auto`",
+    "auto_list": "a list or `auto`",
+    "integer": "an integer",
+    "number": "a number",
+    "string": "a string",
+    "boolean": "true or false",
+    "dict": "a mapping",
+    "list": "a list",
+}
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "boolean", int: "integer", float: "number", str: "string", dict: "mapping",
+            list: "list", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _leaves(errs: list[cerr.ValidationError]) -> list[cerr.ValidationError]:
+    out: list[cerr.ValidationError] = []
+    for e in errs:
+        if e.is_group_error and e.child_errors:
+            out.extend(_leaves(list(e.child_errors)))
+        else:
+            out.append(e)
+    return out
+
+
+def _suggest(word: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1, cutoff=0.6)
+    return f"did you mean `{close[0]}`?" if close else ""
+
+
+def _rules_at(schema: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The schema rules for ``path`` (list indices step into `schema`)."""
+    node: dict[str, Any] = {"type": "dict", "schema": schema}
+    for part in path:
+        sub = node.get("schema", {})
+        if isinstance(part, int):
+            node = sub if isinstance(sub, dict) and "type" in sub else {}
+        else:
+            node = sub.get(part, {}) if isinstance(sub, dict) else {}
+    return node
+
+
+def _describe(e: cerr.ValidationError, schema: dict[str, Any], prefix: Path) -> tuple[str, str, Path, bool]:
+    """Turn one cerberus error into (message, hint, path, point-at-key)."""
+    path = prefix + tuple(e.document_path)
+    dotted = ".".join(str(p) for p in path)
+    code = e.code
+    if code == cerr.UNKNOWN_FIELD.code:
+        parent = _rules_at(schema, path[len(prefix):-1]).get("schema", {}) if len(path) > len(prefix) else {}
+        known = [k for k in parent if not parent[k].get("meta", {}).get("internal")] if isinstance(parent, dict) else []
+        hint = _suggest(str(path[-1]), known) or (f"known keys: {', '.join(sorted(known))}" if known else "")
+        return f"unknown key `{dotted}`", hint, path, True
+    if code == cerr.REQUIRED_FIELD.code:
+        return f"missing required key `{dotted}`", f"add `{path[-1]}:`", path[:-1], True
+    if code == cerr.BAD_TYPE.code:
+        want = e.constraint if isinstance(e.constraint, list) else [e.constraint]
+        words = " or ".join(TYPE_WORDS.get(str(w), str(w)) for w in want)
+        return f"`{dotted}` must be {words}, got {_type_name(e.value)} {e.value!r}", "", path, False
+    if code in (cerr.UNALLOWED_VALUE.code, cerr.UNALLOWED_VALUES.code):
+        allowed = [str(a) for a in e.constraint]
+        bad = e.value if code == cerr.UNALLOWED_VALUE.code else [v for v in e.value if v not in e.constraint]
+        first = bad[0] if isinstance(bad, list) and bad else bad
+        hint = _suggest(str(first), allowed)
+        return (f"`{dotted}` has unknown value {first!r}; allowed: {', '.join(allowed)}", hint, path, False)
+    if code == cerr.MIN_VALUE.code:
+        return f"`{dotted}` must be >= {e.constraint}, got {e.value!r}", "", path, False
+    if code == cerr.MAX_VALUE.code:
+        return f"`{dotted}` must be <= {e.constraint}, got {e.value!r}", "", path, False
+    if code == cerr.REGEX_MISMATCH.code:
+        desc = _rules_at(schema, path[len(prefix):]).get("meta", {}).get("description", "")
+        return f"`{dotted}` has an invalid value {e.value!r}", desc, path, False
+    return f"`{dotted}`: {e.rule} {e.constraint!r} not satisfied (value {e.value!r})", "", path, False
+
+
+def _check(data: dict[str, Any], schema: dict[str, Any], doc: Document, prefix: Path) -> tuple[dict[str, Any], list[Diagnostic]]:
+    v = IntentValidator(schema)
+    ok = v.validate(data)
+    diags: list[Diagnostic] = []
+    if not ok:
+        for e in _leaves(list(v._errors)):
+            msg, hint, path, at_key = _describe(e, schema, prefix)
+            pos = doc.positions.get(path + ("<key>",)) if at_key else None
+            diags.append(Diagnostic("SCHEMA", "error", msg, pos or doc.position(path), hint))
+    return (v.document if ok else data), diags
+
+
+def validate(doc: Document) -> dict[str, Any]:
+    """Return the intent with defaults filled, or raise ``InputError`` with every problem."""
+    intent, diags = _check(copy.deepcopy(doc.data), intent_schema(), doc, ())
+    if isinstance(doc.data.get("model"), dict):
+        _, mdiags = _check(copy.deepcopy(doc.data["model"]), model_schema(), doc, ("model",))
+        diags += mdiags
+    if diags:
+        raise InputError(sorted(diags, key=lambda d: (d.position, d.message)))
+    return intent

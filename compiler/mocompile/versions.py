@@ -1,0 +1,36 @@
+"""Version strings of the target stack, compared as integer tuples."""
+
+from __future__ import annotations
+
+import re
+
+
+def parse(version: str) -> tuple[int, ...]:
+    """``'2.10.0rc1'`` -> ``(2, 10, 0)``; non-numeric tails are ignored."""
+    parts = []
+    for piece in str(version).split(".")[:3]:
+        m = re.match(r"\d+", piece)
+        parts.append(int(m.group()) if m else 0)
+    while len(parts) < 3:
+        parts.append(0)
+    return tuple(parts)
+
+
+def at_least(version: str | None, minimum: str) -> bool:
+    return version is not None and parse(version) >= parse(minimum)
+
+
+def in_range(version: str | None, spec: str) -> bool:
+    """``spec`` like ``'>=0.19,<0.20'``; every clause must hold."""
+    if version is None:
+        return False
+    v = parse(version)
+    for clause in filter(None, (s.strip() for s in spec.split(","))):
+        m = re.match(r"(>=|<=|==|<|>)\s*(\S+)", clause)
+        if not m:
+            raise ValueError(f"bad version clause {clause!r}")
+        op, ref = m.group(1), parse(m.group(2))
+        ok = {">=": v >= ref, "<=": v <= ref, "==": v == ref, "<": v < ref, ">": v > ref}[op]
+        if not ok:
+            return False
+    return True
