@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("schema", help="print the intent JSON Schema (for editors)")
     p.add_argument("-o", "--output", default=None, help="write to this file instead of stdout")
     p = sub.add_parser("rules", help="list the rule catalogue")
-    _common(p, ("auto", "text", "json"))
+    _common(p, ("auto", "text", "json", "markdown"))
     sub.add_parser("models", help="list the model and GPU catalogues")
     return parser
 

@@ -13,7 +13,7 @@ import functools
 import os
 from typing import Any
 
-from cerberus import Validator, errors as cerr
+from cerberus import TypeDefinition, Validator, errors as cerr
 from ruamel.yaml import YAML
 
 from mocompile.errors import InputError
@@ -37,17 +37,30 @@ def model_schema() -> dict[str, Any]:
     return raw_schema()["model_spec"]["schema"]
 
 
+class _Auto:
+    """Marker base: the string ``auto`` is accepted by every tri-state type."""
+
+
 class IntentValidator(Validator):
     """Cerberus with the tri-state types: a value or the string ``auto``."""
 
-    def _validate_type_auto_int(self, value: Any) -> bool:
-        return value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
+    types_mapping = dict(Validator.types_mapping)
+    types_mapping["auto_int"] = TypeDefinition("auto_int", (int, str), (bool,))
+    types_mapping["auto_bool"] = TypeDefinition("auto_bool", (bool, str), ())
+    types_mapping["auto_list"] = TypeDefinition("auto_list", (list, str), ())
 
-    def _validate_type_auto_bool(self, value: Any) -> bool:
-        return value == "auto" or isinstance(value, bool)
+    def _validate_type(self, data_type: Any, field: Any, value: Any) -> None:
+        # A string is only acceptable to a tri-state type when it is exactly `auto`.
+        types = data_type if isinstance(data_type, list) else [data_type]
+        if isinstance(value, str) and value != "auto" and all(str(t).startswith("auto_") for t in types):
+            self._error(field, cerr.BAD_TYPE)
+            return
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1 and "auto_int" in types:
+            self._error(field, cerr.BAD_TYPE)
+            return
+        super()._validate_type(data_type, field, value)
 
-    def _validate_type_auto_list(self, value: Any) -> bool:
-        return value == "auto" or isinstance(value, list)
+    _validate_type.__doc__ = Validator._validate_type.__doc__  # cerberus reads its rule schema from here
 
 
 TYPE_WORDS = {

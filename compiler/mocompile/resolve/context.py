@@ -8,6 +8,18 @@ from mocompile.ir import Decision, Document, Plan
 from mocompile.rules.engine import broken_rules
 
 
+# Neutral starting values: every field a rule reads exists from the first pass on.
+NEUTRAL: dict[str, Any] = {
+    "virtual_pipeline_model_parallel_size": None, "pipeline_model_parallel_layout": None,
+    "moe_token_dispatcher_type": "alltoall", "moe_flex_dispatcher_backend": None, "moe_flex_dispatcher_num_sms": None,
+    "hybridep_ranks_per_domain": 1, "overlap_moe_expert_parallel_comm": False, "delay_wgrad_compute": False,
+    "moe_shared_expert_overlap": False, "recompute_granularity": None, "recompute_method": None,
+    "recompute_num_layers": None, "recompute_modules": None, "cuda_graph_impl": "none", "cuda_graph_modules": [],
+    "overlap_p2p_comm": False, "batch_p2p_comm": False, "overlap_grad_reduce": False, "overlap_param_gather": False,
+    "use_te_rng_tracker": False, "num_microbatches": 1, "memory_estimate_gib": 0.0,
+}
+
+
 class Context:
     """Holds the intent, catalogue entries and the decisions made so far."""
 
@@ -17,6 +29,8 @@ class Context:
         self.s: dict[str, Decision] = {}
         self.env: dict[str, Decision] = {}
         self.memory: dict[str, Any] = {}
+        for name, value in NEUTRAL.items():  # so rule trials can read fields not decided yet
+            self.set(name, value, "default", "not decided yet")
 
     # -- reading the intent -------------------------------------------------
     def pinned(self, *path: str) -> Any:

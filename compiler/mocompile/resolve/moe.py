@@ -75,16 +75,6 @@ def overlap(ctx: Context) -> None:
     """EP overlap, then the settings that depend on it."""
     path = ("moe", "overlap")
     group = ctx["expert_model_parallel_size"] * ctx["expert_tensor_parallel_size"]
-    ctx.set("overlap_moe_expert_parallel_comm", False, "default", "placeholder")  # so trials can read it
-    ctx.set("moe_shared_expert_overlap", False, "default", "placeholder")
-    ctx.set("delay_wgrad_compute", False, "default", "placeholder")
-    for name in ("recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules"):
-        ctx.set(name, None, "default", "placeholder")
-    ctx.set("cuda_graph_impl", "none", "default", "placeholder")
-    ctx.set("cuda_graph_modules", [], "default", "placeholder")
-    ctx.set("overlap_p2p_comm", ctx["pipeline_model_parallel_size"] > 1
-            and (ctx["virtual_pipeline_model_parallel_size"] or 1) > 1, "derived", "placeholder")
-    ctx.set("overlap_grad_reduce", False, "default", "placeholder")
     pinned = ctx.pinned(*path)
     if pinned is not None and ctx.explicit(*path):
         ctx.set("overlap_moe_expert_parallel_comm", pinned, "user", "pinned in the recipe", path=path)

@@ -79,9 +79,17 @@ def _fits(ctx: Context, cfg: dict[str, Any]) -> tuple[bool, float]:
 
 
 def base_sizes(ctx: Context) -> dict[str, Any]:
-    """Flat settings used to score layout candidates before later passes run."""
+    """Flat settings used to score layout candidates before later passes run.
+
+    A layout "fits" when it fits with the heaviest recompute its goal may use: selective
+    (overlap-safe) for throughput, full for fit and bring-up. The recompute pass then
+    picks the lightest rung that fits.
+    """
     cfg = ctx.values()
-    cfg.update(recompute_granularity="selective", recompute_modules=["layernorm"],
+    heavy = ctx.goal != "throughput"
+    cfg.update(recompute_granularity="full" if heavy else "selective",
+               recompute_modules=None if heavy else ["layernorm", "core_attn"] + (["moe_act"] if ctx["moe_grouped_gemm"] else []),
+               recompute_method="uniform" if heavy else None, recompute_num_layers=1 if heavy else None,
                moe_token_dispatcher_type="alltoall", moe_flex_dispatcher_backend=None,
                overlap_moe_expert_parallel_comm=False, virtual_pipeline_model_parallel_size=None)
     return cfg
@@ -112,16 +120,16 @@ def layout(ctx: Context) -> None:
         fits, est = _fits(ctx, cfg)
         in_domain = ep * etp <= domain
         ep_key = (0, -ep) if in_domain else (1, ep)
-        if ctx.goal == "bring-up":
-            ep_key = (0, -ep) if in_domain else (1, ep)
-        scored.append(((not fits, pp, tp, ep_key), tp, pp, ep, est, fits))
+        scored.append(((not fits, tp * pp, tp, pp, ep_key), tp, pp, ep, est, fits))
     if not scored:  # nothing legal: keep the pins (or 1) and let the rules explain
         tp, pp, ep, est, fits = pins["tp"] or 1, pins["pp"] or 1, pins["ep"] or 1, 0.0, True
         reason = "no legal combination of TP, PP and EP for this world size and model"
     else:
         scored.sort(key=lambda x: x[0])
         _, tp, pp, ep, est, fits = scored[0]
-        rejected = [((f"tp{c[1]} pp{c[2]} ep{c[3]}"), "does not fit" if not c[5] else "ranked lower")
+        rejected = [(f"tp{c[1]} pp{c[2]} ep{c[3]}", (f"does not fit ({c[4]:.0f} GiB)" if not c[5] else
+                     "more model parallelism" if c[1] * c[2] > tp * pp or (c[1] * c[2] == tp * pp and c[1] > tp) else
+                     "EP outside the NVLink domain" if c[3] > domain else "smaller EP: more expert memory per GPU"))
                     for c in scored[1:4]]
         reason = (f"smallest model parallelism whose estimate ({est:.1f} GiB) fits {ctx.hw['memory_gib']} GiB; "
                   "EP preferred over TP, EP inside the NVLink domain where possible, PP only when needed"

@@ -1,0 +1,206 @@
+# mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
+# mocompile: source recipes/custom-moe-b200x8.yaml (mocompile 0.1.0)
+# mocompile: checksum sha256:af5342ae350281d2 input sha256:6341e99c59d6e90e
+"""custom-moe-b200x8: Megatron-Bridge pretraining recipe compiled by mocompile.
+
+research-moe-12b on 8x NVIDIA B200 (HGX/DGX B200), goal throughput.
+Each non-default line names the decision or rule behind it; run
+`mocompile explain recipes/custom-moe-b200x8.yaml` for the full reasoning. Launch with torchrun.sh or
+slurm.sbatch beside this file; `build_config()` imports without training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import torch.nn.functional as F
+from megatron.bridge.models.gpt_provider import GPTModelProvider, default_layer_spec
+from megatron.bridge.recipes.utils.optimizer_utils import distributed_fused_adam_with_cosine_annealing
+from megatron.bridge.training.callbacks import Callback
+from megatron.bridge.training.comm_overlap import CommOverlapConfig
+from megatron.bridge.training.config import (
+    CheckpointConfig,
+    ConfigContainer,
+    DistributedDataParallelConfig,
+    LoggerConfig,
+    MockGPTDatasetConfig,
+    RNGConfig,
+    TokenizerConfig,
+    TrainingConfig,
+    ValidationConfig,
+)
+from megatron.bridge.training.flex_dispatcher_backend import apply_flex_dispatcher_backend
+from megatron.bridge.training.gpt_step import forward_step
+from megatron.bridge.training.pretrain import pretrain
+
+# Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
+# (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
+PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 8, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_flex_dispatcher_num_sms': 20, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'transformer_engine', 'cuda_graph_modules': ['moe_router', 'moe_preprocess'], 'use_te_rng_tracker': True, 'mtp_num_layers': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'deepep'}
+
+# The launch environment this plan was compiled for (launchers export the same block).
+ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_GRAPH_REGISTER': '0', 'NCCL_NVLS_ENABLE': '0', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'}
+
+
+def _model() -> GPTModelProvider:
+    """A GPTModelProvider built from the architecture numbers (no checkpoint or HF download)."""
+    return GPTModelProvider(
+        transformer_layer_spec=default_layer_spec,
+        activation_func=F.silu,  # SwiGLU experts
+        num_layers=24,  # model
+        hidden_size=2048,  # model
+        ffn_hidden_size=8192,  # model
+        num_attention_heads=16,  # model
+        num_query_groups=4,  # model
+        kv_channels=128,  # model
+        num_moe_experts=64,  # model
+        moe_router_topk=6,  # model
+        moe_ffn_hidden_size=1024,  # model
+        moe_shared_expert_intermediate_size=2048,  # model
+        moe_layer_freq=[0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1],  # 1 leading dense layer(s)
+        vocab_size=128256,  # model
+        seq_length=4096,  # training.seq_length
+        normalization='RMSNorm',  # model
+        gated_linear_unit=True,  # model
+        position_embedding_type='rope',  # model
+        rotary_base=1000000,  # model
+        add_bias_linear=False,  # model
+        qk_layernorm=True,  # model
+        share_embeddings_and_output_weights=False,  # untied embeddings
+        moe_router_load_balancing_type='aux_loss',  # router
+        moe_aux_loss_coeff=0.001,  # router
+        moe_router_dtype='fp32',  # fp32 routing for many experts (T79)
+        attention_dropout=0.0,  # pretraining
+        hidden_dropout=0.0,  # pretraining
+        make_vocab_size_divisible_by=128,  # vocab padding
+    )
+
+
+def build_config() -> ConfigContainer:
+    """Build the ConfigContainer for this plan (importable without starting training)."""
+    optimizer, scheduler = distributed_fused_adam_with_cosine_annealing(
+        lr_warmup_iters=10, max_lr=0.0003, min_lr=2.9999999999999997e-05)
+    cfg = ConfigContainer(
+        model=_model(),
+        train=TrainingConfig(train_iters=1, global_batch_size=1, micro_batch_size=1),
+        optimizer=optimizer,
+        scheduler=scheduler,
+        dataset=MockGPTDatasetConfig(seq_length=1),
+        logger=LoggerConfig(),
+        tokenizer=TokenizerConfig(),
+        checkpoint=CheckpointConfig(),
+    )
+    model = cfg.model
+    model.seq_length = 4096  # training.seq_length
+    model.tensor_model_parallel_size = 1  # goal: smallest model parallelism whose estimate (40.3 GiB) fits 180 GiB; EP preferred over TP, EP inside the NVLink domain where possible, PP only when needed
+    model.pipeline_model_parallel_size = 1  # goal: smallest model parallelism whose estimate (40.3 GiB) fits 180 GiB; EP preferred over TP, EP inside the NVLink domain where possible, PP only when needed
+    model.virtual_pipeline_model_parallel_size = None  # derived: no pipeline parallelism
+    model.pipeline_model_parallel_layout = None  # derived: no pipeline parallelism
+    model.context_parallel_size = 1  # default: no context parallelism
+    model.expert_model_parallel_size = 8  # goal: smallest model parallelism whose estimate (40.3 GiB) fits 180 GiB; EP preferred over TP, EP inside the NVLink domain where possible, PP only when needed
+    model.expert_tensor_parallel_size = 1  # default: ETP 1: experts split by EP, not TP (Bridge's default with EP > 1)
+    model.sequence_parallel = False  # derived: TP is 1
+    model.moe_flex_dispatcher_num_sms = 20  # derived: deepep default used by the shipped perf recipes; one SM knob, no deprecated aliases
+    model.moe_shared_expert_overlap = False  # derived: off under EP overlap (the two cannot run together); set explicitly because some providers default it on [OVL010]
+    model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
+    model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
+    model.recompute_granularity = None  # goal: lightest recompute that fits: estimate 45.6 GiB <= 166 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: estimate 45.6 GiB <= 166 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: estimate 45.6 GiB <= 166 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: estimate 45.6 GiB <= 166 GiB usable
+    model.cuda_graph_impl = 'transformer_engine'  # goal: throughput: TE graphs over the router and preprocessing cut host overhead (legal with EP overlap)
+    model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: dropless MoE: moe_router + moe_preprocess (never moe/mlp under overlap)
+    model.use_te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker
+    model.mtp_num_layers = None  # model: model catalogue (custom)
+    # Bridge's own helper sets the flex dispatcher and clears shared-expert overlap.
+    apply_flex_dispatcher_backend(model, 'deepep')  # hardware: throughput on b200: deepep is the preferred backend for this GPU
+    cfg.comm_overlap = CommOverlapConfig(
+        tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
+        overlap_moe_expert_parallel_comm=True,  # goal: throughput: hide the EP all-to-all (ETP*EP = 8) behind compute
+        delay_wgrad_compute=False,  # goal: off unless asked: isolate plain overlap first
+        overlap_p2p_comm=False,  # derived: no interleaved pipeline
+        batch_p2p_comm=False,  # derived: not needed
+        overlap_grad_reduce=True,  # derived: overlap the DP gradient reduce-scatter
+        overlap_param_gather=True,  # derived: follows overlap_grad_reduce
+    )
+    cfg.ddp = DistributedDataParallelConfig(
+        check_for_nan_in_grad=True,
+        grad_reduce_in_fp32=True,
+        use_distributed_optimizer=True,
+        overlap_grad_reduce=True,
+        overlap_param_gather=True,
+    )
+    cfg.train = TrainingConfig(
+        train_iters=100,
+        global_batch_size=256,
+        micro_batch_size=1,
+    )
+    cfg.validation = ValidationConfig(eval_iters=0, eval_interval=None)  # mock data: no evaluation
+    cfg.dataset = MockGPTDatasetConfig(
+        seq_length=4096,
+        random_seed=1234,
+        split="99990,8,2",
+        dataloader_type="single",
+        num_dataset_builder_threads=1,
+        reset_attention_mask=False,
+        reset_position_ids=False,
+        eod_mask_loss=False,
+    )
+    cfg.tokenizer = TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=128256)
+    cfg.logger = LoggerConfig(log_interval=1)
+    cfg.checkpoint = CheckpointConfig(save=None, load=None)
+    cfg.rng = RNGConfig(seed=1234, te_rng_tracker=True)
+    cfg.mixed_precision = 'bf16_mixed'
+    cfg.env_vars = dict(ENV_VARS)
+    check_plan(cfg)
+    return cfg
+
+
+def check_plan(cfg: ConfigContainer) -> None:
+    """Stop if Bridge's helpers changed a field the plan decided (e.g. a silent fallback)."""
+    changed = {k: (getattr(cfg.model, k, None), v) for k, v in PLANNED.items() if getattr(cfg.model, k, None) != v}
+    if changed:
+        detail = ", ".join(f"{k}={have!r} (plan: {want!r})" for k, (have, want) in sorted(changed.items()))
+        raise SystemExit(f"mocompile: the built config differs from the compiled plan: {detail}")
+
+
+class StepMetrics(Callback):
+    """Writes one JSON line per step to $MOCOMPILE_METRICS (rank 0): time, loss, peak memory."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.start = 0.0
+
+    def on_train_step_start(self, context) -> None:
+        import torch
+
+        torch.cuda.synchronize()
+        self.start = time.perf_counter()
+
+    def on_train_step_end(self, context) -> None:
+        import torch
+
+        torch.cuda.synchronize()
+        if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
+            return
+        losses = {k: float(v) for k, v in (context.loss_dict or {}).items() if hasattr(v, "__float__")}
+        row = {
+            "iteration": int(context.state.train_state.step),
+            "step_ms": (time.perf_counter() - self.start) * 1000.0,
+            "loss": losses.get("lm loss"),
+            "max_memory_allocated": torch.cuda.max_memory_allocated(),
+            "max_memory_reserved": torch.cuda.max_memory_reserved(),
+        }
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
+
+
+def main() -> None:
+    cfg = build_config()
+    metrics = os.environ.get("MOCOMPILE_METRICS")
+    pretrain(config=cfg, forward_step_func=forward_step, callbacks=[StepMetrics(metrics)] if metrics else None)
+
+
+if __name__ == "__main__":
+    main()

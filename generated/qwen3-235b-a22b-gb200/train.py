@@ -1,0 +1,163 @@
+# mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
+# mocompile: source recipes/qwen3-235b-a22b-gb200.yaml (mocompile 0.1.0)
+# mocompile: checksum sha256:606db83b4e8a6f48 input sha256:c862d18dba0b3c94
+"""qwen3-235b-a22b-gb200: Megatron-Bridge pretraining recipe compiled by mocompile.
+
+Qwen3-235B-A22B on 128x NVIDIA GB200 NVL72, goal throughput.
+Each non-default line names the decision or rule behind it; run
+`mocompile explain recipes/qwen3-235b-a22b-gb200.yaml` for the full reasoning. Launch with torchrun.sh or
+slurm.sbatch beside this file; `build_config()` imports without training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from megatron.bridge.recipes.qwen import qwen3_235b_a22b_pretrain_config
+from megatron.bridge.recipes.utils.optimizer_utils import distributed_fused_adam_with_cosine_annealing
+from megatron.bridge.training.callbacks import Callback
+from megatron.bridge.training.comm_overlap import CommOverlapConfig
+from megatron.bridge.training.config import (
+    CheckpointConfig,
+    ConfigContainer,
+    DistributedDataParallelConfig,
+    LoggerConfig,
+    MockGPTDatasetConfig,
+    RNGConfig,
+    TokenizerConfig,
+    TrainingConfig,
+    ValidationConfig,
+)
+from megatron.bridge.training.flex_dispatcher_backend import apply_flex_dispatcher_backend
+from megatron.bridge.training.gpt_step import forward_step
+from megatron.bridge.training.pretrain import pretrain
+
+# Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
+# (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
+PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 64, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_flex_dispatcher_num_sms': 32, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': 'selective', 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': ['layernorm', 'moe_act', 'core_attn'], 'cuda_graph_impl': 'transformer_engine', 'cuda_graph_modules': ['moe_router', 'moe_preprocess'], 'use_te_rng_tracker': True, 'mtp_num_layers': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'hybridep'}
+
+# The launch environment this plan was compiled for (launchers export the same block).
+ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_GRAPH_REGISTER': '0', 'NCCL_NVLS_ENABLE': '0', 'NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN': '64', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True', 'USE_MNNVL': '1'}
+
+
+def build_config() -> ConfigContainer:
+    """Build the ConfigContainer for this plan (importable without starting training)."""
+    optimizer, scheduler = distributed_fused_adam_with_cosine_annealing(
+        lr_warmup_iters=10, max_lr=0.0003, min_lr=2.9999999999999997e-05)
+    cfg = qwen3_235b_a22b_pretrain_config()  # Bridge's own recipe for Qwen3-235B-A22B (reads the HF config of Qwen/Qwen3-235B-A22B)
+    cfg.optimizer, cfg.scheduler = optimizer, scheduler
+    model = cfg.model
+    model.seq_length = 4096  # training.seq_length
+    model.tensor_model_parallel_size = 1  # goal: smallest model parallelism whose estimate (154.4 GiB) fits 186 GiB; EP preferred over TP, EP inside the NVLink domain where possible, PP only when needed
+    model.pipeline_model_parallel_size = 1  # goal: smallest model parallelism whose estimate (154.4 GiB) fits 186 GiB; EP preferred over TP, EP inside the NVLink domain where possible, PP only when needed
+    model.virtual_pipeline_model_parallel_size = None  # derived: no pipeline parallelism
+    model.pipeline_model_parallel_layout = None  # derived: no pipeline parallelism
+    model.context_parallel_size = 1  # default: no context parallelism
+    model.expert_model_parallel_size = 64  # goal: smallest model parallelism whose estimate (154.4 GiB) fits 186 GiB; EP preferred over TP, EP inside the NVLink domain where possible, PP only when needed
+    model.expert_tensor_parallel_size = 1  # default: ETP 1: experts split by EP, not TP (Bridge's default with EP > 1)
+    model.sequence_parallel = False  # derived: TP is 1
+    model.moe_flex_dispatcher_num_sms = 32  # derived: hybridep default used by the shipped perf recipes; one SM knob, no deprecated aliases
+    model.moe_shared_expert_overlap = False  # derived: off under EP overlap (the two cannot run together); set explicitly because some providers default it on [OVL010]
+    model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
+    model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
+    model.recompute_granularity = 'selective'  # goal: lightest recompute that fits: estimate 166.1 GiB <= 171 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: estimate 166.1 GiB <= 171 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: estimate 166.1 GiB <= 171 GiB usable
+    model.recompute_modules = ['layernorm', 'moe_act', 'core_attn']  # goal: lightest recompute that fits: estimate 166.1 GiB <= 171 GiB usable
+    model.cuda_graph_impl = 'transformer_engine'  # goal: throughput: TE graphs over the router and preprocessing cut host overhead (legal with EP overlap)
+    model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: dropless MoE: moe_router + moe_preprocess (never moe/mlp under overlap)
+    model.use_te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker
+    model.mtp_num_layers = None  # model: model catalogue (qwen3-235b-a22b)
+    # Bridge's own helper sets the flex dispatcher and clears shared-expert overlap.
+    apply_flex_dispatcher_backend(model, 'hybridep')  # hardware: throughput on gb200: hybridep is the preferred backend for this GPU
+    cfg.comm_overlap = CommOverlapConfig(
+        tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
+        overlap_moe_expert_parallel_comm=True,  # goal: throughput: hide the EP all-to-all (ETP*EP = 64) behind compute
+        delay_wgrad_compute=False,  # goal: off unless asked: isolate plain overlap first
+        overlap_p2p_comm=False,  # derived: no interleaved pipeline
+        batch_p2p_comm=False,  # derived: not needed
+        overlap_grad_reduce=True,  # derived: overlap the DP gradient reduce-scatter
+        overlap_param_gather=True,  # derived: follows overlap_grad_reduce
+    )
+    cfg.ddp = DistributedDataParallelConfig(
+        check_for_nan_in_grad=True,
+        grad_reduce_in_fp32=True,
+        use_distributed_optimizer=True,
+        overlap_grad_reduce=True,
+        overlap_param_gather=True,
+    )
+    cfg.train = TrainingConfig(
+        train_iters=100,
+        global_batch_size=2048,
+        micro_batch_size=1,
+    )
+    cfg.validation = ValidationConfig(eval_iters=0, eval_interval=None)  # mock data: no evaluation
+    cfg.dataset = MockGPTDatasetConfig(
+        seq_length=4096,
+        random_seed=1234,
+        split="99990,8,2",
+        dataloader_type="single",
+        num_dataset_builder_threads=1,
+        reset_attention_mask=False,
+        reset_position_ids=False,
+        eod_mask_loss=False,
+    )
+    cfg.tokenizer = TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=151936)
+    cfg.logger = LoggerConfig(log_interval=1)
+    cfg.checkpoint = CheckpointConfig(save=None, load=None)
+    cfg.rng = RNGConfig(seed=1234, te_rng_tracker=True)
+    cfg.mixed_precision = 'bf16_mixed'
+    cfg.env_vars = dict(ENV_VARS)
+    check_plan(cfg)
+    return cfg
+
+
+def check_plan(cfg: ConfigContainer) -> None:
+    """Stop if Bridge's helpers changed a field the plan decided (e.g. a silent fallback)."""
+    changed = {k: (getattr(cfg.model, k, None), v) for k, v in PLANNED.items() if getattr(cfg.model, k, None) != v}
+    if changed:
+        detail = ", ".join(f"{k}={have!r} (plan: {want!r})" for k, (have, want) in sorted(changed.items()))
+        raise SystemExit(f"mocompile: the built config differs from the compiled plan: {detail}")
+
+
+class StepMetrics(Callback):
+    """Writes one JSON line per step to $MOCOMPILE_METRICS (rank 0): time, loss, peak memory."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.start = 0.0
+
+    def on_train_step_start(self, context) -> None:
+        import torch
+
+        torch.cuda.synchronize()
+        self.start = time.perf_counter()
+
+    def on_train_step_end(self, context) -> None:
+        import torch
+
+        torch.cuda.synchronize()
+        if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
+            return
+        losses = {k: float(v) for k, v in (context.loss_dict or {}).items() if hasattr(v, "__float__")}
+        row = {
+            "iteration": int(context.state.train_state.step),
+            "step_ms": (time.perf_counter() - self.start) * 1000.0,
+            "loss": losses.get("lm loss"),
+            "max_memory_allocated": torch.cuda.max_memory_allocated(),
+            "max_memory_reserved": torch.cuda.max_memory_reserved(),
+        }
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
+
+
+def main() -> None:
+    cfg = build_config()
+    metrics = os.environ.get("MOCOMPILE_METRICS")
+    pretrain(config=cfg, forward_step_func=forward_step, callbacks=[StepMetrics(metrics)] if metrics else None)
+
+
+if __name__ == "__main__":
+    main()

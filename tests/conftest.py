@@ -1,0 +1,49 @@
+"""Shared helpers: run the compiler in-process on files and overrides."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+RULE_BASE = FIXTURES / "rule_base.yaml"
+sys.path.insert(0, str(ROOT / "compiler"))
+
+
+def _value(v):
+    """Render a Python value as the text `--set` parses (YAML flow)."""
+    import json
+    if v is None:
+        return "null"
+    if isinstance(v, str):
+        return v if v not in ("true", "false", "null", "auto") else v
+    return json.dumps(v)
+
+
+def overrides(d: dict) -> list[str]:
+    return [f"{k}={_value(v)}" for k, v in d.items()]
+
+
+@pytest.fixture
+def analyse_with():
+    from mocompile.pipeline import analyse
+
+    def run(sets: dict | None = None, path: Path = RULE_BASE):
+        return analyse(str(path), overrides(sets or {}))
+    return run
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run the real command line in a subprocess (exit codes, stdout, stderr)."""
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(ROOT / "compiler") + os.pathsep + e.get("PYTHONPATH", "")
+    e.pop("MOCOMPILE_DEBUG", None)
+    if env:
+        e.update(env)
+    return subprocess.run([sys.executable, "-m", "mocompile", *args], cwd=cwd or ROOT, env=e,
+                          capture_output=True, text=True, timeout=120)
