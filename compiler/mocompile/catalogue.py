@@ -7,7 +7,7 @@ import functools
 import os
 from typing import Any
 
-from ruamel.yaml import YAML
+from mocompile.datafiles import load_yaml
 
 from mocompile.errors import InputError
 from mocompile.ir import Diagnostic, Document
@@ -21,8 +21,7 @@ REQUIRED_MODEL_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "num_
 
 @functools.lru_cache(maxsize=None)
 def _load(name: str) -> dict[str, Any]:
-    with open(os.path.join(DATA, name), encoding="utf-8") as fh:
-        return YAML(typ="safe").load(fh)
+    return load_yaml(os.path.join(DATA, name))
 
 
 def models() -> dict[str, dict[str, Any]]:

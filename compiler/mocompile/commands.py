@@ -10,8 +10,6 @@ import sys
 
 from mocompile import formats
 from mocompile.cli import emit_diagnostics, json_dump
-from mocompile.emit import header
-from mocompile.emit.writer import write_outputs
 from mocompile.errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INPUT, InputError, UsageError
 from mocompile.ir import Diagnostic, Position
 from mocompile.pipeline import Result, analyse, compile_recipe
@@ -61,6 +59,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if code < EXIT_INPUT:
         for r in results:
             if r.files and r.plan is not None:
+                from mocompile.emit.writer import write_outputs
                 problem = write_outputs(out_dir, r.plan.name, r.files, force=args.force)
                 if problem:
                     diags.append(Diagnostic("EDITED", "error", problem, Position(r.source),
@@ -80,6 +79,8 @@ def _fmtname(args: argparse.Namespace) -> str:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from mocompile.emit import header
+
     settings = load_settings()
     out_dir = args.output or settings.output
     recipes = args.recipes or settings.recipe_files()

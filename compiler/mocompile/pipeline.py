@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mocompile.emit import render
 from mocompile.ir import Diagnostic, Document, Plan
 from mocompile.load import load
 from mocompile.resolve import resolve
@@ -36,6 +35,8 @@ def analyse(path: str, sets: list[str] | None = None, unsets: list[str] | None =
 
 def compile_recipe(path: str, sets: list[str] | None = None, unsets: list[str] | None = None) -> Result:
     """Analyse, then emit the artifacts when no error was found."""
+    from mocompile.emit import render  # jinja2 only when emitting: keeps `lint` fast for pre-commit
+
     result = analyse(path, sets, unsets)
     if not result.errors and result.plan is not None and result.doc is not None:
         result.files = render.artifacts(result.plan, result.doc, sets or [], unsets or [])

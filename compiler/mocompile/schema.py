@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from cerberus import TypeDefinition, Validator, errors as cerr
-from ruamel.yaml import YAML
+from mocompile.datafiles import load_yaml
 
 from mocompile.errors import InputError
 from mocompile.ir import Diagnostic, Document, Path
@@ -25,8 +25,7 @@ SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "schemas", "intent.yaml")
 @functools.lru_cache(maxsize=1)
 def raw_schema() -> dict[str, Any]:
     """The schema file as plain data (cached: pre-commit runs many files)."""
-    with open(SCHEMA_FILE, encoding="utf-8") as fh:
-        return YAML(typ="safe").load(fh)
+    return load_yaml(SCHEMA_FILE)
 
 
 def intent_schema() -> dict[str, Any]:

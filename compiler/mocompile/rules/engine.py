@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ruamel.yaml import YAML
+from mocompile.datafiles import load_yaml
 
 from mocompile.ir import Diagnostic, Plan, Position
 from mocompile.layout import layout_error
@@ -42,8 +42,7 @@ class Rule:
 
 @functools.lru_cache(maxsize=1)
 def rules() -> tuple[Rule, ...]:
-    with open(CATALOGUE, encoding="utf-8") as fh:
-        entries = YAML(typ="safe").load(fh)
+    entries = load_yaml(CATALOGUE)
     out = []
     for e in entries:
         out.append(Rule(e["id"], e["name"], e["severity"], tuple(e["fields"]), e["message"], e["hint"],

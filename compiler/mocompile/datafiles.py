@@ -1,0 +1,50 @@
+"""Load the package's YAML data (schema, catalogues, rules) quickly.
+
+pre-commit starts a fresh process per run, and parsing a few hundred lines of YAML
+costs more than the rest of `lint`. Parsed data is cached as JSON under
+``$XDG_CACHE_HOME/mocompile`` keyed by path, size, mtime and version; a cache
+that cannot be read or written is simply ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any
+
+from mocompile import __version__
+
+
+def _cache_path(path: str) -> str | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key = f"{os.path.realpath(path)}|{st.st_size}|{st.st_mtime_ns}|{__version__}"
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "mocompile", hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
+
+
+def load_yaml(path: str) -> Any:
+    cache = _cache_path(path)
+    if cache and os.path.exists(cache):
+        try:
+            with open(cache, encoding="utf-8") as fh:
+                return json.load(fh)
+        except (OSError, ValueError):
+            pass
+    from ruamel.yaml import YAML
+
+    with open(path, encoding="utf-8") as fh:
+        data = YAML(typ="safe").load(fh)
+    if cache:
+        try:
+            os.makedirs(os.path.dirname(cache), exist_ok=True)
+            tmp = f"{cache}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(data, fh)
+            os.replace(tmp, cache)
+        except (OSError, TypeError, ValueError):
+            pass
+    return data
