@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-gb200-hybridep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:09ce30ad7ff95e5c input sha256:b34c535796c50058
+# mocompile: checksum sha256:08f064f91f23b2e1 input sha256:b34c535796c50058
 """deepseek-v3-gb200-hybridep: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 DeepSeek-V3 (671B-A37B) on 256x NVIDIA GB200 NVL72, goal throughput.
@@ -17,7 +17,6 @@ import time
 
 from megatron.bridge.recipes.deepseek import deepseek_v3_pretrain_config
 from megatron.bridge.recipes.utils.optimizer_utils import distributed_fused_adam_with_cosine_annealing
-from megatron.bridge.training.callbacks import Callback
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.config import (
     CheckpointConfig,
@@ -31,8 +30,6 @@ from megatron.bridge.training.config import (
     ValidationConfig,
 )
 from megatron.bridge.training.flex_dispatcher_backend import apply_flex_dispatcher_backend
-from megatron.bridge.training.gpt_step import forward_step
-from megatron.bridge.training.pretrain import pretrain
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
@@ -45,9 +42,28 @@ ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_GRAPH_REGISTER': '0', 'NC
 def build_config() -> ConfigContainer:
     """Build the ConfigContainer for this plan (importable without starting training)."""
     optimizer, scheduler = distributed_fused_adam_with_cosine_annealing(
-        lr_warmup_iters=10, max_lr=0.0003, min_lr=2.9999999999999997e-05)
+        lr_warmup_iters=10, max_lr=0.0003, min_lr=3e-05)
+    train = TrainingConfig(
+        train_iters=100,
+        global_batch_size=4096,
+        micro_batch_size=1,
+    )
+    dataset = MockGPTDatasetConfig(
+        seq_length=4096,
+        random_seed=1234,
+        split="99990,8,2",
+        dataloader_type="single",
+        num_dataset_builder_threads=1,
+        reset_attention_mask=False,
+        reset_position_ids=False,
+        eod_mask_loss=False,
+    )
+    tokenizer = TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=129280)
+    logger = LoggerConfig(log_interval=1)
+    checkpoint = CheckpointConfig(save=None, load=None)
     cfg = deepseek_v3_pretrain_config()  # Bridge's own recipe for DeepSeek-V3 (671B-A37B) (reads the HF config of deepseek-ai/DeepSeek-V3)
-    cfg.optimizer, cfg.scheduler = optimizer, scheduler
+    cfg.optimizer, cfg.scheduler, cfg.train, cfg.dataset = optimizer, scheduler, train, dataset
+    cfg.tokenizer, cfg.logger, cfg.checkpoint = tokenizer, logger, checkpoint
     model = cfg.model
     model.seq_length = 4096  # training.seq_length
     model.tensor_model_parallel_size = 1  # user: pinned in the recipe
@@ -88,25 +104,7 @@ def build_config() -> ConfigContainer:
         overlap_grad_reduce=True,
         overlap_param_gather=True,
     )
-    cfg.train = TrainingConfig(
-        train_iters=100,
-        global_batch_size=4096,
-        micro_batch_size=1,
-    )
     cfg.validation = ValidationConfig(eval_iters=0, eval_interval=None)  # mock data: no evaluation
-    cfg.dataset = MockGPTDatasetConfig(
-        seq_length=4096,
-        random_seed=1234,
-        split="99990,8,2",
-        dataloader_type="single",
-        num_dataset_builder_threads=1,
-        reset_attention_mask=False,
-        reset_position_ids=False,
-        eod_mask_loss=False,
-    )
-    cfg.tokenizer = TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=129280)
-    cfg.logger = LoggerConfig(log_interval=1)
-    cfg.checkpoint = CheckpointConfig(save=None, load=None)
     cfg.rng = RNGConfig(seed=1234, te_rng_tracker=True)
     cfg.mixed_precision = 'bf16_mixed'
     cfg.env_vars = dict(ENV_VARS)
@@ -122,41 +120,46 @@ def check_plan(cfg: ConfigContainer) -> None:
         raise SystemExit(f"mocompile: the built config differs from the compiled plan: {detail}")
 
 
-class StepMetrics(Callback):
-    """Writes one JSON line per step to $MOCOMPILE_METRICS (rank 0): time, loss, peak memory."""
+def step_metrics_callback(path: str):
+    """A Bridge callback writing one JSON line per step to ``path`` on rank 0: time, loss, peak memory."""
+    import torch
+    from megatron.bridge.training.callbacks import Callback
 
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.start = 0.0
+    class StepMetrics(Callback):
+        def __init__(self) -> None:
+            self.start = 0.0
 
-    def on_train_step_start(self, context) -> None:
-        import torch
+        def on_train_step_start(self, context) -> None:
+            torch.cuda.synchronize()
+            self.start = time.perf_counter()
 
-        torch.cuda.synchronize()
-        self.start = time.perf_counter()
+        def on_train_step_end(self, context) -> None:
+            torch.cuda.synchronize()
+            if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
+                return
+            losses = {k: float(v) for k, v in (context.loss_dict or {}).items() if hasattr(v, "__float__")}
+            row = {
+                "iteration": int(context.state.train_state.step),
+                "step_ms": (time.perf_counter() - self.start) * 1000.0,
+                "loss": losses.get("lm loss"),
+                "max_memory_allocated": torch.cuda.max_memory_allocated(),
+                "max_memory_reserved": torch.cuda.max_memory_reserved(),
+            }
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(row) + "\n")
 
-    def on_train_step_end(self, context) -> None:
-        import torch
-
-        torch.cuda.synchronize()
-        if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
-            return
-        losses = {k: float(v) for k, v in (context.loss_dict or {}).items() if hasattr(v, "__float__")}
-        row = {
-            "iteration": int(context.state.train_state.step),
-            "step_ms": (time.perf_counter() - self.start) * 1000.0,
-            "loss": losses.get("lm loss"),
-            "max_memory_allocated": torch.cuda.max_memory_allocated(),
-            "max_memory_reserved": torch.cuda.max_memory_reserved(),
-        }
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(row) + "\n")
+    return StepMetrics()
 
 
 def main() -> None:
+    # Training-only imports stay here so that build_config() imports on any machine.
+    from megatron.bridge.training.gpt_step import forward_step
+    from megatron.bridge.training.pretrain import pretrain
+
     cfg = build_config()
     metrics = os.environ.get("MOCOMPILE_METRICS")
-    pretrain(config=cfg, forward_step_func=forward_step, callbacks=[StepMetrics(metrics)] if metrics else None)
+    pretrain(config=cfg, forward_step_func=forward_step,
+             callbacks=[step_metrics_callback(metrics)] if metrics else None)
 
 
 if __name__ == "__main__":

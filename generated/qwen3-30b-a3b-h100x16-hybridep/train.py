@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-30b-a3b-h100x16-hybridep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:25a59dab8b6cc884 input sha256:fccec4779a94baee
+# mocompile: checksum sha256:9115be63cac797b0 input sha256:fccec4779a94baee
 """qwen3-30b-a3b-h100x16-hybridep: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-30B-A3B on 16x NVIDIA H100 80GB HBM3, goal throughput.
@@ -17,7 +17,6 @@ import time
 
 from megatron.bridge.recipes.qwen import qwen3_30b_a3b_pretrain_config
 from megatron.bridge.recipes.utils.optimizer_utils import distributed_fused_adam_with_cosine_annealing
-from megatron.bridge.training.callbacks import Callback
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.config import (
     CheckpointConfig,
@@ -31,8 +30,6 @@ from megatron.bridge.training.config import (
     ValidationConfig,
 )
 from megatron.bridge.training.flex_dispatcher_backend import apply_flex_dispatcher_backend
-from megatron.bridge.training.gpt_step import forward_step
-from megatron.bridge.training.pretrain import pretrain
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
@@ -45,9 +42,28 @@ ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_GRAPH_REGISTER': '0', 'NC
 def build_config() -> ConfigContainer:
     """Build the ConfigContainer for this plan (importable without starting training)."""
     optimizer, scheduler = distributed_fused_adam_with_cosine_annealing(
-        lr_warmup_iters=10, max_lr=0.0003, min_lr=2.9999999999999997e-05)
+        lr_warmup_iters=10, max_lr=0.0003, min_lr=3e-05)
+    train = TrainingConfig(
+        train_iters=100,
+        global_batch_size=1024,
+        micro_batch_size=1,
+    )
+    dataset = MockGPTDatasetConfig(
+        seq_length=4096,
+        random_seed=1234,
+        split="99990,8,2",
+        dataloader_type="single",
+        num_dataset_builder_threads=1,
+        reset_attention_mask=False,
+        reset_position_ids=False,
+        eod_mask_loss=False,
+    )
+    tokenizer = TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=151936)
+    logger = LoggerConfig(log_interval=1)
+    checkpoint = CheckpointConfig(save=None, load=None)
     cfg = qwen3_30b_a3b_pretrain_config()  # Bridge's own recipe for Qwen3-30B-A3B (reads the HF config of Qwen/Qwen3-30B-A3B)
-    cfg.optimizer, cfg.scheduler = optimizer, scheduler
+    cfg.optimizer, cfg.scheduler, cfg.train, cfg.dataset = optimizer, scheduler, train, dataset
+    cfg.tokenizer, cfg.logger, cfg.checkpoint = tokenizer, logger, checkpoint
     model = cfg.model
     model.seq_length = 4096  # training.seq_length
     model.tensor_model_parallel_size = 1  # user: pinned in the recipe
@@ -88,25 +104,7 @@ def build_config() -> ConfigContainer:
         overlap_grad_reduce=True,
         overlap_param_gather=True,
     )
-    cfg.train = TrainingConfig(
-        train_iters=100,
-        global_batch_size=1024,
-        micro_batch_size=1,
-    )
     cfg.validation = ValidationConfig(eval_iters=0, eval_interval=None)  # mock data: no evaluation
-    cfg.dataset = MockGPTDatasetConfig(
-        seq_length=4096,
-        random_seed=1234,
-        split="99990,8,2",
-        dataloader_type="single",
-        num_dataset_builder_threads=1,
-        reset_attention_mask=False,
-        reset_position_ids=False,
-        eod_mask_loss=False,
-    )
-    cfg.tokenizer = TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=151936)
-    cfg.logger = LoggerConfig(log_interval=1)
-    cfg.checkpoint = CheckpointConfig(save=None, load=None)
     cfg.rng = RNGConfig(seed=1234, te_rng_tracker=True)
     cfg.mixed_precision = 'bf16_mixed'
     cfg.env_vars = dict(ENV_VARS)
@@ -122,41 +120,46 @@ def check_plan(cfg: ConfigContainer) -> None:
         raise SystemExit(f"mocompile: the built config differs from the compiled plan: {detail}")
 
 
-class StepMetrics(Callback):
-    """Writes one JSON line per step to $MOCOMPILE_METRICS (rank 0): time, loss, peak memory."""
+def step_metrics_callback(path: str):
+    """A Bridge callback writing one JSON line per step to ``path`` on rank 0: time, loss, peak memory."""
+    import torch
+    from megatron.bridge.training.callbacks import Callback
 
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.start = 0.0
+    class StepMetrics(Callback):
+        def __init__(self) -> None:
+            self.start = 0.0
 
-    def on_train_step_start(self, context) -> None:
-        import torch
+        def on_train_step_start(self, context) -> None:
+            torch.cuda.synchronize()
+            self.start = time.perf_counter()
 
-        torch.cuda.synchronize()
-        self.start = time.perf_counter()
+        def on_train_step_end(self, context) -> None:
+            torch.cuda.synchronize()
+            if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
+                return
+            losses = {k: float(v) for k, v in (context.loss_dict or {}).items() if hasattr(v, "__float__")}
+            row = {
+                "iteration": int(context.state.train_state.step),
+                "step_ms": (time.perf_counter() - self.start) * 1000.0,
+                "loss": losses.get("lm loss"),
+                "max_memory_allocated": torch.cuda.max_memory_allocated(),
+                "max_memory_reserved": torch.cuda.max_memory_reserved(),
+            }
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(row) + "\n")
 
-    def on_train_step_end(self, context) -> None:
-        import torch
-
-        torch.cuda.synchronize()
-        if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
-            return
-        losses = {k: float(v) for k, v in (context.loss_dict or {}).items() if hasattr(v, "__float__")}
-        row = {
-            "iteration": int(context.state.train_state.step),
-            "step_ms": (time.perf_counter() - self.start) * 1000.0,
-            "loss": losses.get("lm loss"),
-            "max_memory_allocated": torch.cuda.max_memory_allocated(),
-            "max_memory_reserved": torch.cuda.max_memory_reserved(),
-        }
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(row) + "\n")
+    return StepMetrics()
 
 
 def main() -> None:
+    # Training-only imports stay here so that build_config() imports on any machine.
+    from megatron.bridge.training.gpt_step import forward_step
+    from megatron.bridge.training.pretrain import pretrain
+
     cfg = build_config()
     metrics = os.environ.get("MOCOMPILE_METRICS")
-    pretrain(config=cfg, forward_step_func=forward_step, callbacks=[StepMetrics(metrics)] if metrics else None)
+    pretrain(config=cfg, forward_step_func=forward_step,
+             callbacks=[step_metrics_callback(metrics)] if metrics else None)
 
 
 if __name__ == "__main__":

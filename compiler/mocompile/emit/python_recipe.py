@@ -130,7 +130,7 @@ def context(plan: Plan, source: str) -> dict[str, Any]:
         "vocab_size": m["vocab_size"],
         "seed": plan["seed"],
         "lr": lr,
-        "min_lr": lr / 10,
+        "min_lr": float(f"{lr / 10:.6g}"),
         "warmup": max(1, min(500, iters // 10)),
         "env_vars": {k: str(d.value) for k, d in sorted(plan.env.items())},
     }
