@@ -80,6 +80,13 @@ def context(plan: Plan, source: str) -> dict[str, Any]:
     model_assignments = [_assign(plan, f) for f in MODEL_FIELDS if not (flex and f in (
         "moe_token_dispatcher_type", "moe_flex_dispatcher_backend"))]
     model_assignments.insert(0, {"field": "seq_length", "value": plan["seq_length"], "comment": "training.seq_length"})
+    # Deprecated aliases a base recipe may have set: left in place they override or conflict
+    # with the fields above (cuda_graph_scope + cuda_graph_modules raises; an SM alias is used by any backend).
+    model_assignments += [
+        {"field": "cuda_graph_scope", "value": None, "comment": "deprecated alias of cuda_graph_modules; both set raises"},
+        {"field": "moe_deepep_num_sms", "value": None, "comment": "deprecated alias of moe_flex_dispatcher_num_sms (S-4)"},
+        {"field": "moe_hybridep_num_sms", "value": None, "comment": "deprecated alias of moe_flex_dispatcher_num_sms (S-4)"},
+    ]
     planned = {a["field"]: a["value"] for a in model_assignments}
     if flex:
         planned["moe_token_dispatcher_type"] = "flex"
