@@ -14,9 +14,6 @@ from mocompile.emit.header import verify
 from mocompile.pipeline import compile_recipe
 from mocompile.project import load_settings
 
-RECIPES = load_settings(str(ROOT)).recipe_files() if False else None
-
-
 def _recipes():
     import glob
     import os
@@ -62,25 +59,25 @@ def test_python_recipe_parses_and_names_its_decisions(recipe):
             assert "  # " in line, line  # every model assignment says why
 
 
-@pytest.mark.parametrize("recipe", ALL)
-def test_shell_scripts_pass_bash_n(recipe, tmp_path):
+def _run_on_scripts(recipe: str, tmp_path, tool: list[str]) -> None:
+    """Write each emitted shell script and run ``tool`` on it; every run must pass."""
     for name, text in compile_recipe(str(ROOT / recipe)).files.items():
         if name.endswith((".sh", ".sbatch")):
             path = tmp_path / name
             path.write_text(text)
-            proc = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
-            assert proc.returncode == 0, proc.stderr
+            proc = subprocess.run([*tool, str(path)], capture_output=True, text=True)
+            assert proc.returncode == 0, f"{name}: {proc.stdout}{proc.stderr}"
+
+
+@pytest.mark.parametrize("recipe", ALL)
+def test_shell_scripts_pass_bash_n(recipe, tmp_path):
+    _run_on_scripts(recipe, tmp_path, ["bash", "-n"])
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed (tests/run installs it)")
 @pytest.mark.parametrize("recipe", ALL)
 def test_shell_scripts_are_shellcheck_clean(recipe, tmp_path):
-    for name, text in compile_recipe(str(ROOT / recipe)).files.items():
-        if name.endswith((".sh", ".sbatch")):
-            path = tmp_path / name
-            path.write_text(text)
-            proc = subprocess.run(["shellcheck", "-s", "bash", str(path)], capture_output=True, text=True)
-            assert proc.returncode == 0, proc.stdout
+    _run_on_scripts(recipe, tmp_path, ["shellcheck", "-s", "bash"])
 
 
 def test_sbatch_directives_come_before_any_command():

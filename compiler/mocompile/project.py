@@ -59,9 +59,6 @@ def load_settings(start: str = ".") -> Settings:
         if not isinstance(conf["recipes"], list) or not all(isinstance(x, str) for x in conf["recipes"]):
             raise UsageError("pyproject.toml [tool.mocompile] recipes must be a list of glob strings")
         s.recipes = conf["recipes"]
-    if "output" in conf:
-        s.output = os.path.join(s.root, str(conf["output"]))
-    else:
-        s.output = os.path.join(s.root, s.output)
+    s.output = os.path.normpath(os.path.join(s.root, str(conf.get("output", s.output))))
     s.strict = bool(conf.get("strict", False))
     return s

@@ -55,12 +55,12 @@ class Context:
         return value
 
     def user_or(self, name: str, path: tuple[str, ...], default: Any, source: str, reason: str,
-                convert: Any = None) -> Any:
+                rejected: list[tuple[Any, str]] | None = None) -> Any:
         """Take a pinned value (keeping its position) or fall back to ``default``."""
         value = self.pinned(*path)
         if value is not None and self.explicit(*path):
-            return self.set(name, convert(value) if convert else value, "user", "pinned in the recipe", path=path)
-        return self.set(name, default, source, reason)
+            return self.set(name, value, "user", "pinned in the recipe", path=path)
+        return self.set(name, default, source, reason, rejected)
 
     def is_user(self, name: str) -> bool:
         return name in self.s and self.s[name].source == "user"

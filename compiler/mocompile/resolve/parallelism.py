@@ -135,27 +135,18 @@ def layout(ctx: Context) -> None:
                   "EP preferred over TP, EP inside the NVLink domain where possible, PP only when needed"
                   if fits else f"nothing fits; this is the smallest estimate ({est:.1f} GiB)")
     goal_src = "goal"
-    _pin_or(ctx, "tensor_model_parallel_size", ("parallelism", "tp"), tp, goal_src, reason, rejected)
-    _pin_or(ctx, "pipeline_model_parallel_size", ("parallelism", "pp"), pp, goal_src, reason, rejected)
-    _pin_or(ctx, "expert_model_parallel_size", ("parallelism", "ep"), ep, goal_src, reason, rejected)
-    _pin_or(ctx, "expert_tensor_parallel_size", ("parallelism", "etp"), 1, "default",
-            "ETP 1: experts split by EP, not TP (Bridge's default with EP > 1)", [])
-    _pin_or(ctx, "context_parallel_size", ("parallelism", "cp"), 1, "default", "no context parallelism", [])
+    ctx.user_or("tensor_model_parallel_size", ("parallelism", "tp"), tp, goal_src, reason, rejected)
+    ctx.user_or("pipeline_model_parallel_size", ("parallelism", "pp"), pp, goal_src, reason)
+    ctx.user_or("expert_model_parallel_size", ("parallelism", "ep"), ep, goal_src, reason)
+    ctx.user_or("expert_tensor_parallel_size", ("parallelism", "etp"), 1, "default",
+                "ETP 1: experts split by EP, not TP (Bridge's default with EP > 1)")
+    ctx.user_or("context_parallel_size", ("parallelism", "cp"), 1, "default", "no context parallelism")
     tp, pp, cp = ctx["tensor_model_parallel_size"], ctx["pipeline_model_parallel_size"], ctx["context_parallel_size"]
     ep, etp = ctx["expert_model_parallel_size"], ctx["expert_tensor_parallel_size"]
     ctx.set("data_parallel_size", max(1, world // (tp * pp * cp)), "derived", "world / (TP*PP*CP)")
     ctx.set("expert_data_parallel_size", max(1, world // (ep * etp * pp)), "derived", "world / (ETP*EP*PP)")
     ctx.user_or("sequence_parallel", ("parallelism", "sequence_parallel"), tp > 1, "derived",
                 "sequence parallelism with TP > 1 (needed for EP with TP)" if tp > 1 else "TP is 1")
-
-
-def _pin_or(ctx: Context, name: str, path: tuple[str, ...], value: Any, source: str, reason: str,
-            rejected: list[tuple[Any, str]]) -> None:
-    pinned = ctx.pinned(*path)
-    if pinned is not None and ctx.explicit(*path):
-        ctx.set(name, pinned, "user", "pinned in the recipe", path=path)
-    else:
-        ctx.set(name, value, source, reason, rejected)
 
 
 def pipeline(ctx: Context) -> None:
