@@ -90,3 +90,9 @@ def test_rules_listing_covers_catalogue():
     proc = run_cli("rules", "--format", "json")
     ids = {r["id"] for r in json.loads(proc.stdout)}
     assert {"OVL001", "DSP001", "PAR003", "CG006"} <= ids
+
+
+def test_rule_docs_are_generated_from_the_catalogue():
+    proc = run_cli("rules", "--format", "markdown")
+    assert proc.returncode == 0
+    assert proc.stdout == (ROOT / "docs" / "rules.md").read_text(), "run: mocompile rules --format markdown > docs/rules.md"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import urllib.parse
 from typing import Any
 
 from mocompile import __version__
@@ -46,6 +48,12 @@ def github(diags: list[Diagnostic]) -> str:
     return "\n".join(out)
 
 
+def _uri(path: str) -> str:
+    """SARIF wants URI references: relative paths percent-encoded, absolute ones as file: URIs."""
+    posix = path.replace(os.sep, "/")
+    return "file://" + urllib.parse.quote(posix) if os.path.isabs(path) else urllib.parse.quote(posix)
+
+
 def sarif(diags: list[Diagnostic], rules: list[Any]) -> str:
     """SARIF 2.1.0 with rule metadata (name, help text, default level)."""
     used = {d.rule for d in diags}
@@ -65,7 +73,7 @@ def sarif(diags: list[Diagnostic], rules: list[Any]) -> str:
     results = []
     for d in diags:
         region = {"startLine": d.position.line, "startColumn": d.position.column} if d.position.line else None
-        loc: dict[str, Any] = {"physicalLocation": {"artifactLocation": {"uri": d.position.file}}}
+        loc: dict[str, Any] = {"physicalLocation": {"artifactLocation": {"uri": _uri(d.position.file)}}}
         if region:
             loc["physicalLocation"]["region"] = region
         results.append({

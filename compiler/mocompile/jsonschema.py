@@ -69,6 +69,10 @@ def json_schema() -> dict[str, Any]:
         "description": root["properties"]["model"].get("description", ""),
         "anyOf": [{"type": "string", "enum": sorted(models())}, model_obj],
     }
+    # A recipe that `extends` another inherits the required keys from its base file.
+    required = root.pop("required", [])
+    root["if"] = {"required": ["extends"]}
+    root["else"] = {"required": required}
     return {"$schema": "http://json-schema.org/draft-07/schema#",
             "$id": f"https://mocompile.dev/schema/intent-{__version__}.json",
             "title": "mocompile intent", **root}

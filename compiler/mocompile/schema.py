@@ -28,10 +28,12 @@ def raw_schema() -> dict[str, Any]:
     return load_yaml(SCHEMA_FILE)
 
 
+@functools.lru_cache(maxsize=1)
 def intent_schema() -> dict[str, Any]:
     return {k: v for k, v in raw_schema().items() if k != "model_spec"}
 
 
+@functools.lru_cache(maxsize=1)
 def model_schema() -> dict[str, Any]:
     return raw_schema()["model_spec"]["schema"]
 
@@ -139,16 +141,35 @@ def _describe(e: cerr.ValidationError, schema: dict[str, Any], prefix: Path) -> 
     return f"`{dotted}`: {e.rule} {e.constraint!r} not satisfied (value {e.value!r})", "", path, False
 
 
+@functools.lru_cache(maxsize=2)
+def _validator(which: str) -> IntentValidator:
+    """One validator per schema: cerberus checks and hashes a schema once, not per file."""
+    return IntentValidator(intent_schema() if which == "intent" else model_schema())
+
+
 def _check(data: dict[str, Any], schema: dict[str, Any], doc: Document, prefix: Path) -> tuple[dict[str, Any], list[Diagnostic]]:
-    v = IntentValidator(schema)
-    ok = v.validate(data)
+    v = _validator("intent" if prefix == () else "model")
+    # Cerberus' normalisation re-validates sub-schemas per field and costs ~15x the
+    # validation itself; defaults are the only normalisation the schema uses, so we fill
+    # them with _defaults() after a non-normalising validation.
+    ok = v.validate(data, normalize=False)
     diags: list[Diagnostic] = []
     if not ok:
         for e in _leaves(list(v._errors)):
             msg, hint, path, at_key = _describe(e, schema, prefix)
             pos = doc.positions.get(path + ("<key>",)) if at_key else None
             diags.append(Diagnostic("SCHEMA", "error", msg, pos or doc.position(path), hint))
-    return (v.document if ok else data), diags
+    return (_defaults(data, schema) if ok else data), diags
+
+
+def _defaults(data: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """Fill every ``default`` of the schema into ``data`` (recursively, for mappings)."""
+    for key, rule in schema.items():
+        if key not in data and "default" in rule:
+            data[key] = copy.deepcopy(rule["default"])
+        if rule.get("type") == "dict" and "schema" in rule and isinstance(data.get(key), dict):
+            _defaults(data[key], rule["schema"])
+    return data
 
 
 def validate(doc: Document) -> dict[str, Any]:

@@ -93,7 +93,7 @@ CHECKS: dict[str, Check] = {
     "OVL001": lambda c: _overlap(c) and c["expert_model_parallel_size"] <= 1,
     "OVL002": lambda c: _overlap(c) and c["moe_token_dispatcher_type"] not in ("alltoall", "flex"),
     "OVL003": lambda c: _overlap(c) and not (c["bf16"] or c["fp16"]),
-    "OVL004": lambda c: _overlap(c) and not at_least(c["torch_version"], "2.6.0"),
+    "OVL004": lambda c: _overlap(c),  # catalogue versions: torch < 2.6.0
     "OVL005": lambda c: _overlap(c) and c["pipeline_model_parallel_size"] > 1
     and c["virtual_pipeline_model_parallel_size"] is None,
     "OVL006": lambda c: _overlap(c) and c["recompute_granularity"] == "full",
@@ -107,13 +107,11 @@ CHECKS: dict[str, Check] = {
     "OVL014": lambda c: _overlap(c) and c["pipeline_model_parallel_size"] == 1 and _microbatches(c) < 2,
     "DW001": lambda c: bool(c["delay_wgrad_compute"]) and not _overlap(c),
     "DW002": lambda c: bool(c["delay_wgrad_compute"]) and c["te_version"] is None,
-    "DW003": lambda c: bool(c["delay_wgrad_compute"]) and _te_graphs(c) and c["te_version"] is not None
-    and not at_least(c["te_version"], "2.10.0"),
+    "DW003": lambda c: bool(c["delay_wgrad_compute"]) and _te_graphs(c),  # catalogue versions: TE < 2.10.0
     "DW004": lambda c: bool(c["delay_wgrad_compute"]) and bool(c["overlap_grad_reduce"]) and _te_below(c, "2.7.0"),
-    "DW005": lambda c: bool(c["delay_wgrad_compute"]) and _te_graphs(c) and c["te_version"] is not None
+    "DW005": lambda c: bool(c["delay_wgrad_compute"]) and _te_graphs(c)  # catalogue versions: TE < 2.12.0
     and ("attn" in _scopes(c) or ("moe_router" in _scopes(c) and bool(c["moe_shared_expert_intermediate_size"])
-                                  and not c["moe_shared_expert_overlap"]))
-    and not at_least(c["te_version"], "2.12.0"),
+                                  and not c["moe_shared_expert_overlap"])),
     "DW006": lambda c: bool(c["delay_wgrad_compute"]) and "attn" in _scopes(c) and bool(c["add_bias_linear"]),
     "DSP001": lambda c: _backend(c) == "deepep" and "deepep" not in c["gpu_flex_backends"],
     "DSP002": lambda c: _backend(c) == "hybridep" and "hybridep" not in c["gpu_flex_backends"],
@@ -121,7 +119,9 @@ CHECKS: dict[str, Check] = {
     "DSP004": lambda c: c["moe_token_dispatcher_type"] == "flex" and _ep_group(c) <= 1,
     "DSP005": lambda c: _backend(c) == "hybridep" and _ep_group(c) % c["hybridep_ranks_per_domain"] != 0,
     "DSP006": lambda c: _backend(c) == "deepep" and _ep_group(c) > c["nvlink_domain"],
-    "DSP007": lambda c: bool(c["moe_shared_expert_overlap"]) and c["moe_token_dispatcher_type"] not in ("alltoall", "flex"),
+    # Megatron-Core checks shared-expert overlap only when the model has shared experts (tc:1637-1650).
+    "DSP007": lambda c: bool(c["moe_shared_expert_overlap"]) and c["moe_shared_expert_intermediate_size"] is not None
+    and c["moe_token_dispatcher_type"] not in ("alltoall", "flex"),
     "DSP008": lambda c: c["moe_token_dispatcher_type"] == "flex" and c["moe_flex_dispatcher_num_sms"] is not None
     and c["moe_flex_dispatcher_num_sms"] % 2 != 0,
     "DSP009": lambda c: _backend(c) == "hybridep" and c["fp8_dispatch"],
@@ -131,8 +131,10 @@ CHECKS: dict[str, Check] = {
     and (c["recompute_method"] is None or c["recompute_num_layers"] is None),
     "RC004": lambda c: c["recompute_granularity"] == "selective"
     and (c["recompute_num_layers"] is not None or c["recompute_method"] is not None),
-    "RC005": lambda c: "shared_experts" in _modules(c) and bool(c["moe_shared_expert_overlap"]),
+    "RC005": lambda c: "shared_experts" in _modules(c) and bool(c["moe_shared_expert_overlap"])
+    and c["moe_shared_expert_intermediate_size"] is not None,
     "RC006": lambda c: c["fp8"] == "delayed" and bool({"moe_act", "layernorm"} & set(_modules(c))),
+    "RC008": lambda c: c["fp8"] is not None and bool({"moe_act", "layernorm"} & set(_modules(c))),  # TE < 2.6.0
     "RC007": lambda c: c["recompute_granularity"] == "full" and c["recompute_num_layers"] is not None
     and not 1 <= c["recompute_num_layers"] <= _layers_per_rank(c),
     "CG001": lambda c: c["cuda_graph_impl"] == "local",
@@ -147,7 +149,7 @@ CHECKS: dict[str, Check] = {
     "PREC001": lambda c: (c["fp8"] is not None or c["fp4"] is not None) and c["te_version"] is None,
     "PREC002": lambda c: (c["fp8"] == "mxfp8" or c["fp4"] is not None) and c["gpu_arch"] != "blackwell",
     "PREC003": lambda c: c["fp8"] is not None and c["gpu_arch"] == "ampere",
-    "PREC004": lambda c: c["fp4"] is not None and c["te_version"] is not None and not at_least(c["te_version"], "2.7.0"),
+    "PREC004": lambda c: c["fp4"] is not None,  # catalogue versions: TE < 2.7.0
     "MOE001": lambda c: bool(c["moe_grouped_gemm"]) and c["te_version"] is None,
     "MOE002": lambda c: bool(c["moe_router_force_load_balancing"]),
     "ENV001": lambda c: _overlap(c) and str(c["env"].get("CUDA_DEVICE_MAX_CONNECTIONS", "")) == "1",

@@ -1,0 +1,306 @@
+"""Launch scripts on a real Slurm (slurm-wlm + munge on this machine) and their preflight.
+
+The session fixture starts a small cluster with tests/ecosystem/slurm_up.sh: this host and a second
+real slurmd (``vnode1``) on it, plus configuration-only nodes so that ``sbatch --test-only`` can
+judge requests for up to 256 nodes. Everything is torn down after the session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_cli
+
+GENERATED = sorted((ROOT / "generated").glob("*/slurm.sbatch"))
+PREFLIGHTS = sorted((ROOT / "generated").glob("*/preflight.sh"))
+SLURM_UP = ROOT / "tests" / "ecosystem" / "slurm_up.sh"
+
+
+def _directive(text: str, name: str) -> str | None:
+    m = re.search(rf"^#SBATCH --{name}=(\S+)$", text, re.M)
+    return m.group(1) if m else None
+
+
+# --------------------------------------------------------------------------------------------------
+# fake runtime packages: just enough for the preflight's imports and version checks
+# --------------------------------------------------------------------------------------------------
+def fake_site(path: Path, torch: str | None = "2.11.0", te: str | None = "2.12.0",
+              deep_ep: tuple[str, ...] | None = ("Buffer", "HybridEPBuffer")) -> Path:
+    """A folder for PYTHONPATH with fake torch / transformer_engine / deep_ep packages. A package
+    given as None is made to fail its import, so that a real one elsewhere cannot hide the failure."""
+    path.mkdir(parents=True, exist_ok=True)
+
+    def pkg(name: str, body: str) -> None:
+        (path / name).mkdir(exist_ok=True)
+        (path / name / "__init__.py").write_text(body)
+
+    broken = "raise ImportError('fake: not installed')\n"
+    pkg("torch", f"__version__ = {torch!r}\n" if torch else broken)
+    pkg("transformer_engine", f"__version__ = {te!r}\n" if te else broken)
+    pkg("deep_ep", "".join(f"class {c}:\n    pass\n" for c in deep_ep) if deep_ep is not None else broken)
+    return path
+
+
+def run_preflight(script: Path, env: dict[str, str], timeout: float = 30) -> tuple[subprocess.CompletedProcess, float]:
+    base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
+    base.update(env)
+    t0 = time.monotonic()
+    proc = subprocess.run(["bash", str(script)], env=base, capture_output=True, text=True, timeout=timeout)
+    return proc, time.monotonic() - t0
+
+
+def _lock(script: Path) -> dict:
+    return json.loads((script.parent / "mocompile.lock.json").read_text())
+
+
+# --------------------------------------------------------------------------------------------------
+# preflight, run for real (no Slurm needed)
+# --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("script", PREFLIGHTS, ids=lambda p: p.parent.name)
+def test_preflight_passes_with_the_required_runtime(script, tmp_path):
+    req = _lock(script)["requirements"]
+    site = fake_site(tmp_path / "site")
+    proc, _ = run_preflight(script, {"PYTHON": sys.executable, "PYTHONPATH": str(site), **req["env"]})
+    assert proc.returncode == 0, proc.stderr
+    assert "preflight: ok" in proc.stdout
+
+
+@pytest.mark.parametrize("script", PREFLIGHTS, ids=lambda p: p.parent.name)
+def test_preflight_fails_in_seconds_with_RUN001_when_torch_does_not_import(script, tmp_path):
+    req = _lock(script)["requirements"]
+    site = fake_site(tmp_path / "site", torch=None)
+    proc, took = run_preflight(script, {"PYTHON": sys.executable, "PYTHONPATH": str(site), **req["env"]})
+    assert proc.returncode != 0
+    assert "RUN001" in proc.stderr and "torch does not import" in proc.stderr
+    assert took < 10, f"preflight took {took:.1f} s"
+
+
+def test_preflight_RUN001_for_a_missing_interpreter_and_an_old_torch(tmp_path):
+    script = ROOT / "generated" / "tiny-moe-h100x2" / "preflight.sh"
+    env = _lock(script)["requirements"]["env"]
+    proc, _ = run_preflight(script, {"PYTHON": str(tmp_path / "no-such-python"), **env})
+    assert proc.returncode != 0 and "RUN001" in proc.stderr and "not found" in proc.stderr
+    site = fake_site(tmp_path / "old", torch="2.5.1")
+    proc, _ = run_preflight(script, {"PYTHON": sys.executable, "PYTHONPATH": str(site), **env})
+    assert proc.returncode != 0 and "RUN001 torch 2.5.1 < 2.6.0" in proc.stderr
+
+
+@pytest.mark.parametrize("script", PREFLIGHTS, ids=lambda p: p.parent.name)
+def test_preflight_RUN004_names_each_missing_job_variable(script, tmp_path):
+    req = _lock(script)["requirements"]
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" in req["env"]
+    site = fake_site(tmp_path / "site")
+    for key in req["env"]:
+        env = {k: v for k, v in req["env"].items() if k != key}
+        proc, took = run_preflight(script, {"PYTHON": sys.executable, "PYTHONPATH": str(site), **env})
+        assert proc.returncode != 0, key
+        assert f"RUN004 {key}=None in the job environment" in proc.stderr, proc.stderr
+        assert took < 10
+
+
+def test_preflight_checks_hybridep_package_and_variables(tmp_path):
+    script = ROOT / "generated" / "qwen3-30b-a3b-h100x16-hybridep" / "preflight.sh"
+    req = _lock(script)["requirements"]
+    assert req["dispatch_import"] == ["deep_ep", "HybridEPBuffer"]
+    assert "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN" in req["env"]
+    # deep_ep without the hybrid-ep branch: Buffer only
+    site = fake_site(tmp_path / "a", deep_ep=("Buffer",))
+    proc, _ = run_preflight(script, {"PYTHON": sys.executable, "PYTHONPATH": str(site), **req["env"]})
+    assert proc.returncode != 0 and "RUN003 deep_ep.HybridEPBuffer does not import" in proc.stderr
+    site = fake_site(tmp_path / "b", deep_ep=None)
+    proc, _ = run_preflight(script, {"PYTHON": sys.executable, "PYTHONPATH": str(site), **req["env"]})
+    assert proc.returncode != 0 and "RUN003" in proc.stderr
+    site = fake_site(tmp_path / "c", te="1.6.0")
+    proc, _ = run_preflight(script, {"PYTHON": sys.executable, "PYTHONPATH": str(site), **req["env"]})
+    assert proc.returncode != 0 and f"RUN002 Transformer Engine 1.6.0 < {req['transformer_engine']}" in proc.stderr
+
+
+def test_deepep_preflight_needs_deep_ep_buffer(tmp_path):
+    script = ROOT / "generated" / "deepseek-v3-h100-deepep" / "preflight.sh"
+    req = _lock(script)["requirements"]
+    assert req["dispatch_import"] == ["deep_ep", "Buffer"]
+    site = fake_site(tmp_path / "s", deep_ep=None)
+    proc, _ = run_preflight(script, {"PYTHON": sys.executable, "PYTHONPATH": str(site), **req["env"]})
+    assert proc.returncode != 0 and "RUN003 deep_ep.Buffer does not import" in proc.stderr
+
+
+# --------------------------------------------------------------------------------------------------
+# a real Slurm
+# --------------------------------------------------------------------------------------------------
+def _slurm_missing() -> str | None:
+    for tool in ("slurmctld", "slurmd", "sbatch", "sinfo", "scontrol", "munged", "munge"):
+        if shutil.which(tool) is None:
+            return f"{tool} not installed (apt-get install slurm-wlm munge; tests/ecosystem/setup.sh does it)"
+    if os.geteuid() != 0:
+        return "a local Slurm needs root (slurmd runs jobs as their user)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory):
+    """SLURM_CONF for a running local cluster; partitions: debug plus those the sbatches name."""
+    why = _slurm_missing()
+    if why:
+        pytest.skip(why)
+    partitions = sorted({p for f in GENERATED if (p := _directive(f.read_text(), "partition"))})
+    state = tmp_path_factory.mktemp("slurm")
+    proc = subprocess.run(["bash", str(SLURM_UP), "up", str(state), *partitions], capture_output=True, text=True,
+                          timeout=120)
+    if proc.returncode != 0:
+        subprocess.run(["bash", str(SLURM_UP), "down", str(state)], capture_output=True, timeout=60)
+        pytest.fail(f"local Slurm did not start:\n{proc.stdout}\n{proc.stderr}")
+    env = dict(os.environ, SLURM_CONF=str(state / "slurm.conf"))
+    env.pop("SLURM_JOB_ID", None)
+    host = subprocess.run(["hostname", "-s"], capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        yield {"env": env, "host": host, "dir": state}
+    finally:
+        subprocess.run(["bash", str(SLURM_UP), "down", str(state)], capture_output=True, timeout=60)
+
+
+def _hostnames(nodelist: str, env: dict) -> list[str]:
+    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    return out.split()
+
+
+@pytest.mark.parametrize("sbatch", GENERATED, ids=lambda p: p.parent.name)
+def test_every_generated_sbatch_is_accepted_by_sbatch_test_only(slurm, sbatch, tmp_path):
+    """`sbatch --test-only` parses the script's #SBATCH lines and asks slurmctld whether and where the
+    job would run, without submitting it. Validity means: exit 0 and "Job N to start at T using C
+    processors on nodes L in partition P" with exactly the node count and the partition the script
+    asks for. An invalid request (unknown partition or option, more GPUs per node than a node has, a
+    bad time) exits non-zero instead; and if any command came before an #SBATCH line, sbatch would
+    stop reading directives there, so the node count or partition would not match."""
+    text = sbatch.read_text()
+    proc = subprocess.run(["sbatch", "--test-only", str(sbatch)], cwd=tmp_path, env=slurm["env"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    m = re.search(r"Job \d+ to start at \S+ using (\d+) processors on nodes (\S+) in partition (\S+)", proc.stderr)
+    assert m, proc.stderr
+    nodes = _hostnames(m.group(2), slurm["env"])
+    assert len(nodes) == int(_directive(text, "nodes"))
+    assert m.group(3) == (_directive(text, "partition") or "debug")
+
+
+def test_sbatch_test_only_rejects_an_impossible_request(slurm, tmp_path):
+    """The control for the test above: the same cluster refuses what it cannot run."""
+    sbatch = ROOT / "generated" / "tiny-moe-h100x2" / "slurm.sbatch"
+    for extra in (["--gpus-per-node=9"], ["--partition=no-such-partition"], ["--nodes=1000"]):
+        proc = subprocess.run(["sbatch", "--test-only", *extra, str(sbatch)], cwd=tmp_path, env=slurm["env"],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode != 0, extra
+
+
+def _project_with(tmp_path: Path, gen_dir: Path) -> Path:
+    proj = tmp_path / "proj"
+    shutil.copytree(gen_dir, proj / "generated" / gen_dir.name)
+    return proj
+
+
+def _submit_dry_run(slurm, proj: Path, sbatch_rel: str, nodelist: str, extra: list[str], env: dict,
+                    dry_run: bool = True, want: str = "COMPLETED") -> tuple[str, str]:
+    """Submit for real, wait for the job (polling scontrol: faster than `sbatch --wait`), return its log."""
+    e = dict(slurm["env"], **env)
+    export = "--export=ALL,MOCOMPILE_DRY_RUN=1" if dry_run else "--export=ALL"
+    e.pop("MOCOMPILE_DRY_RUN", None)
+    proc = subprocess.run(["sbatch", "--parsable", export, "-w", nodelist,
+                           *extra, sbatch_rel], cwd=proj, env=e, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    job = proc.stdout.strip().split(";")[0]
+    state, deadline = "", time.monotonic() + 120
+    while time.monotonic() < deadline:
+        info = subprocess.run(["scontrol", "show", "job", "-o", job], env=e, capture_output=True, text=True).stdout
+        m = re.search(r"JobState=(\S+).*ExitCode=(\S+)", info)
+        state = m.group(1) if m else ""
+        if state and state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
+            break
+        time.sleep(0.2)
+    outs = list(proj.glob(f"*-{job}.out"))
+    log = outs[0].read_text() if outs else ""
+    if want == "COMPLETED":
+        assert state == "COMPLETED" and m and m.group(2) == "0:0", f"job {job}: {state}\n{info}\n{log}"
+    else:
+        assert state == want, f"job {job}: {state}\n{info}\n{log}"
+    assert outs, f"no output file for job {job} in {proj}: {os.listdir(proj)}"
+    return job, log
+
+
+def _expected_command(python: str, nnodes: int, rank: int, nproc: int, endpoint: str, job: str, recipe_dir: Path):
+    return (f"{python} -m torch.distributed.run --nnodes {nnodes} --node-rank {rank} --nproc-per-node {nproc} "
+            f"--rdzv-backend c10d --rdzv-endpoint {endpoint} --rdzv-id {job} {recipe_dir}/train.py")
+
+
+def _env_lines(lock: dict) -> list[str]:
+    return [f"  {k}={v['value']}" for k, v in sorted(lock["env"].items())]
+
+
+def test_single_node_dry_run_prints_preflight_command_and_environment(slurm, tmp_path):
+    """The tiny recipe's sbatch, submitted for real with MOCOMPILE_DRY_RUN=1 and -N 1: the preflight
+    runs through srun, then the node prints the exact torchrun command it would exec."""
+    gen = ROOT / "generated" / "tiny-moe-h100x2"
+    proj = _project_with(tmp_path, gen)
+    site = fake_site(tmp_path / "site")
+    job, log = _submit_dry_run(slurm, proj, "generated/tiny-moe-h100x2/slurm.sbatch", slurm["host"], ["-N", "1"],
+                               {"PYTHON": sys.executable, "PYTHONPATH": str(site)})
+    lock = json.loads((gen / "mocompile.lock.json").read_text())
+    port = 20000 + int(job) % 20000
+    endpoint = f"{slurm['host']}:{port}"
+    assert "preflight: ok" in log
+    assert f"master: {endpoint} nodes: 1" in log
+    env_block = log.split("environment:\n", 1)[1].split("srun:", 1)[0].splitlines()
+    assert env_block == _env_lines(lock)
+    recipe_dir = proj / "generated" / "tiny-moe-h100x2"
+    want = _expected_command(sys.executable, 1, 0, lock["hardware"]["gpus_per_node"], endpoint, job, recipe_dir)
+    assert f"node {slurm['host']} rank 0 command: {want}" in log.splitlines(), log
+    assert "srun: --nodes=1 --ntasks-per-node=1 --kill-on-bad-exit=1" in log
+
+
+def test_two_node_dry_run_derives_rendezvous_from_the_allocation(slurm, tmp_path):
+    """A real 2-node job (this host and vnode1, two slurmds): a 2-node recipe compiled without its
+    container (no pyxis here), submitted as generated, with its own --nodes=2. Every node runs the
+    preflight, and each prints its command: the same rendezvous endpoint (first node of the
+    allocation, port from the job ID), --nnodes 2, and node ranks 0 and 1 from srun."""
+    recipe = "recipes/qwen3-30b-a3b-h100x16-hybridep.yaml"
+    proj = tmp_path / "proj"
+    proc = run_cli("compile", recipe, "--unset", "launch.container", "-o", str(proj / "generated"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    gen = proj / "generated" / "qwen3-30b-a3b-h100x16-hybridep"
+    text = (gen / "slurm.sbatch").read_text()
+    assert _directive(text, "nodes") == "2" and "--container-image" not in text
+    lock = json.loads((gen / "mocompile.lock.json").read_text())
+    site = fake_site(tmp_path / "site")
+    job, log = _submit_dry_run(slurm, proj, "generated/qwen3-30b-a3b-h100x16-hybridep/slurm.sbatch",
+                               f"{slurm['host']},vnode1", [], {"PYTHON": sys.executable, "PYTHONPATH": str(site)})
+    assert log.count("preflight: ok") == 2, log
+    first = _hostnames(f"{slurm['host']},vnode1", slurm["env"])[0]
+    endpoint = f"{first}:{20000 + int(job) % 20000}"
+    assert f"master: {endpoint} nodes: 2" in log
+    assert log.split("environment:\n", 1)[1].split("srun:", 1)[0].splitlines() == _env_lines(lock)
+    lines = log.splitlines()
+    for rank, node in enumerate(_hostnames(f"{slurm['host']},vnode1", slurm["env"])):
+        want = _expected_command(sys.executable, 2, rank, lock["hardware"]["gpus_per_node"], endpoint, job, gen)
+        assert f"node {node} rank {rank} command: {want}" in lines, log
+
+
+def test_real_launch_stops_at_the_preflight_with_the_rule_id(slurm, tmp_path):
+    """Without the dry-run switch: torch does not import, so the job fails in the preflight step with
+    RUN001 and torchrun is never started."""
+    gen = ROOT / "generated" / "tiny-moe-h100x2"
+    proj = _project_with(tmp_path, gen)
+    site = fake_site(tmp_path / "site", torch=None)
+    t0 = time.monotonic()
+    _, log = _submit_dry_run(slurm, proj, "generated/tiny-moe-h100x2/slurm.sbatch", slurm["host"], [],
+                             {"PYTHON": sys.executable, "PYTHONPATH": str(site)}, dry_run=False, want="FAILED")
+    assert "preflight: RUN001 torch does not import" in log, log
+    assert "command:" not in log
+    assert time.monotonic() - t0 < 30
