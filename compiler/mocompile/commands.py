@@ -182,9 +182,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
         for key, d in plan.env.items():
             print(f"  {key}={d.value}  ({d.source}: {d.reason})")
         m = plan.memory
-        print(f"memory estimate: {m.get('estimate_gib')} GiB of {m.get('gpu_memory_gib')} GiB per GPU "
-              f"(weights+optimizer {m.get('weights_and_optimizer_gib')}, activations {m.get('activations_gib')}, "
-              f"logits {m.get('logits_gib')}, dispatcher buffers {m.get('dispatcher_buffers_gib')})")
+        print(f"memory estimate: {m.get('total_gib')} GiB of {m.get('gpu_memory_gib')} GiB per GPU: PyTorch peak "
+              f"{m.get('estimate_gib')} (weights+optimizer {m.get('weights_and_optimizer_gib')}, activations "
+              f"{m.get('activations_gib')}, logits {m.get('logits_gib')}) + dispatcher buffers "
+              f"{m.get('dispatcher_buffers_gib')} + NCCL/context")
         if r.diagnostics:
             print(formats.text(r.diagnostics))
     return EXIT_FINDINGS if r.errors else EXIT_CLEAN

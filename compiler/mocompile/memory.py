@@ -4,7 +4,7 @@ Counts weights, gradients and Adam state per shard (expert parameters shard over
 EP*ETP and their optimizer state over expert-DP), activations including the
 top-k routed tokens, unfused attention scores where there is no Transformer
 Engine, logits, and dispatcher buffers. The constants are calibrated against
-measured peaks (benchmarks/results/); see docs/memory.md.
+measured peaks (benchmarks/results/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any
 
 GIB = 1024 ** 3
 ROUTING_IMBALANCE = 1.2      # most-loaded expert rank vs the mean, natural routing
-WORKSPACE_GIB = 0.5          # NCCL/cuBLAS workspaces and allocator slack
+WORKSPACE_GIB = 0.5          # NCCL buffers and CUDA context: outside PyTorch's allocator
+ATTN_SCORE_BYTES = 2.5       # unfused attention keeps the bf16 softmax output (+ dropout mask bits) per score
 OVERLAP_EXTRA = 0.15         # extra micro-batches alive under EP overlap without pipelining
 
 
@@ -96,7 +97,7 @@ def estimate(m: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
     tokens = s * b / (tp * cp)
     per_layer = _act_bytes_per_token(m, c, modules, full) * tokens
     if c.get("transformer_impl") == "local" and not ("core_attn" in modules or full):
-        per_layer += 5 * m["num_attention_heads"] / tp * (s / cp) ** 2 * b  # unfused softmax scores
+        per_layer += ATTN_SCORE_BYTES * m["num_attention_heads"] / tp * (s / cp) ** 2 * b  # unfused softmax
     m_total = max(1, c["global_batch_size"] // max(1, b * dp))
     in_flight = min(pp, m_total) if pp > 1 else 1
     if vpp > 1:
@@ -123,9 +124,13 @@ def estimate(m: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
         domains = max(1, (ep * etp) // ranks)
         max_tokens = s * b * ranks * domains
         buffers = max_tokens * m["hidden_size"] * 2 + max_tokens * (m["num_moe_experts"] // ep) * 4
-    total = weights + acts + logits + buffers + WORKSPACE_GIB * GIB
+    allocated = weights + acts + logits
+    total = allocated + buffers + WORKSPACE_GIB * GIB
     return {
-        "estimate_gib": round(total / GIB, 2),
+        # Peak of PyTorch's allocator (comparable to torch.cuda.max_memory_allocated).
+        "estimate_gib": round(allocated / GIB, 2),
+        # What the GPU must hold: plus dispatcher buffers (DeepEP/HybridEP allocate their own) and NCCL.
+        "total_gib": round(total / GIB, 2),
         "weights_and_optimizer_gib": round(weights / GIB, 2),
         "activations_gib": round(acts / GIB, 2),
         "logits_gib": round(logits / GIB, 2),

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-tiny-flex-deepep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:f04be5e2194d3ed1 input sha256:bfbdfd11a5284d08
+# mocompile: checksum sha256:eb2e5174f3f19f2e input sha256:bfbdfd11a5284d08
 """bench-tiny-flex-deepep: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 2x NVIDIA H100 80GB HBM3, goal throughput.
@@ -17,7 +17,6 @@ import time
 
 import torch.nn.functional as F
 from megatron.bridge.models.gpt_provider import GPTModelProvider, local_layer_spec
-from megatron.bridge.recipes.utils.optimizer_utils import distributed_fused_adam_with_cosine_annealing
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.config import (
     CheckpointConfig,
@@ -25,7 +24,9 @@ from megatron.bridge.training.config import (
     DistributedDataParallelConfig,
     LoggerConfig,
     MockGPTDatasetConfig,
+    OptimizerConfig,
     RNGConfig,
+    SchedulerConfig,
     TokenizerConfig,
     TrainingConfig,
     ValidationConfig,
@@ -87,8 +88,18 @@ def _model() -> GPTModelProvider:
 
 def build_config() -> ConfigContainer:
     """Build the ConfigContainer for this plan (importable without starting training)."""
-    optimizer, scheduler = distributed_fused_adam_with_cosine_annealing(
-        lr_warmup_iters=3, max_lr=0.0003, min_lr=3e-05)
+    # Distributed Adam with cosine decay, built directly: Bridge's recipe helpers import every
+    # model family (and so optional packages such as diffusers) on first use.
+    optimizer = OptimizerConfig(
+        optimizer="adam", lr=0.0003, min_lr=3e-05, weight_decay=0.1,
+        bf16=True, fp16=False, adam_beta1=0.9, adam_beta2=0.95,
+        adam_eps=1e-8, use_distributed_optimizer=True, clip_grad=1.0,
+    )
+    scheduler = SchedulerConfig(
+        start_weight_decay=0.033, end_weight_decay=0.033, weight_decay_incr_style="constant",
+        lr_decay_style="cosine", lr_warmup_iters=3, lr_warmup_init=0.0,
+        lr_decay_iters=None, override_opt_param_scheduler=True,
+    )
     train = TrainingConfig(
         train_iters=30,
         global_batch_size=16,
@@ -123,10 +134,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap (the two cannot run together); set explicitly because some providers default it on [OVL010]
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = False  # derived: grouped GEMM experts need Transformer Engine
-    model.recompute_granularity = None  # goal: lightest recompute that fits: estimate 13.9 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: estimate 13.9 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: estimate 13.9 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: estimate 13.9 GiB <= 74 GiB usable
+    model.recompute_granularity = None  # goal: lightest recompute that fits: estimate 11.0 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: estimate 11.0 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: estimate 11.0 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: estimate 11.0 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack
     model.cuda_graph_modules = []  # derived: no graphs
     model.use_te_rng_tracker = False  # derived: no graphs
@@ -187,7 +198,7 @@ def step_metrics_callback(path: str):
                 return
             losses = {k: float(v) for k, v in (context.loss_dict or {}).items() if hasattr(v, "__float__")}
             row = {
-                "iteration": int(context.state.train_state.step),
+                "iteration": int(context.state.train_state.step) + 1,  # Bridge increments after this hook
                 "step_ms": (time.perf_counter() - self.start) * 1000.0,
                 "loss": losses.get("lm loss"),
                 "max_memory_allocated": torch.cuda.max_memory_allocated(),

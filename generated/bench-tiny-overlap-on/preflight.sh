@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-tiny-overlap-on.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:0c0f8e368b661329 input sha256:40c9b1504efb1860
+# mocompile: checksum sha256:695bbc5a471f5d1c input sha256:40c9b1504efb1860
 # bench-tiny-overlap-on: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
 #   RUN003 the dispatcher's package (deep_ep) does not import
 #   RUN004 a required environment variable is missing or wrong in the job environment
+#   RUN005 HybridEP compiles its kernels at first use: CUDA_HOME must hold bin/nvcc
 set -euo pipefail
 PYTHON="${PYTHON:-python3}"
 
@@ -23,6 +24,7 @@ REQUIRED_ENV = {'CUDA_DEVICE_MAX_CONNECTIONS': '32'}
 TORCH_MIN = '2.6.0'
 TE_MIN = None
 DISPATCH_IMPORT = None
+NEEDS_NVCC = False
 
 
 def version(text):
@@ -54,6 +56,10 @@ if DISPATCH_IMPORT is not None:
         getattr(__import__(module, fromlist=[name]), name)
     except (ImportError, AttributeError) as exc:
         failures.append(f"RUN003 {module}.{name} does not import ({exc}); build DeepEP's hybrid-ep branch")
+if NEEDS_NVCC:
+    cuda_home = os.environ.get("CUDA_HOME", "")
+    if not cuda_home or not os.access(os.path.join(cuda_home, "bin", "nvcc"), os.X_OK):
+        failures.append(f"RUN005 CUDA_HOME={cuda_home!r} has no bin/nvcc; HybridEP JIT-compiles its kernels at first use")
 for key, want in REQUIRED_ENV.items():
     have = os.environ.get(key)
     if have != want:

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/custom-moe-b200x8.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:f5687d67765a5c54 input sha256:6341e99c59d6e90e
+# mocompile: checksum sha256:6efa2ac2b668e479 input sha256:6341e99c59d6e90e
 """custom-moe-b200x8: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 research-moe-12b on 8x NVIDIA B200 (HGX/DGX B200), goal throughput.
@@ -17,7 +17,6 @@ import time
 
 import torch.nn.functional as F
 from megatron.bridge.models.gpt_provider import GPTModelProvider, default_layer_spec
-from megatron.bridge.recipes.utils.optimizer_utils import distributed_fused_adam_with_cosine_annealing
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.config import (
     CheckpointConfig,
@@ -25,7 +24,9 @@ from megatron.bridge.training.config import (
     DistributedDataParallelConfig,
     LoggerConfig,
     MockGPTDatasetConfig,
+    OptimizerConfig,
     RNGConfig,
+    SchedulerConfig,
     TokenizerConfig,
     TrainingConfig,
     ValidationConfig,
@@ -76,8 +77,18 @@ def _model() -> GPTModelProvider:
 
 def build_config() -> ConfigContainer:
     """Build the ConfigContainer for this plan (importable without starting training)."""
-    optimizer, scheduler = distributed_fused_adam_with_cosine_annealing(
-        lr_warmup_iters=10, max_lr=0.0003, min_lr=3e-05)
+    # Distributed Adam with cosine decay, built directly: Bridge's recipe helpers import every
+    # model family (and so optional packages such as diffusers) on first use.
+    optimizer = OptimizerConfig(
+        optimizer="adam", lr=0.0003, min_lr=3e-05, weight_decay=0.1,
+        bf16=True, fp16=False, adam_beta1=0.9, adam_beta2=0.95,
+        adam_eps=1e-8, use_distributed_optimizer=True, clip_grad=1.0,
+    )
+    scheduler = SchedulerConfig(
+        start_weight_decay=0.033, end_weight_decay=0.033, weight_decay_incr_style="constant",
+        lr_decay_style="cosine", lr_warmup_iters=10, lr_warmup_init=0.0,
+        lr_decay_iters=None, override_opt_param_scheduler=True,
+    )
     train = TrainingConfig(
         train_iters=100,
         global_batch_size=256,
@@ -176,7 +187,7 @@ def step_metrics_callback(path: str):
                 return
             losses = {k: float(v) for k, v in (context.loss_dict or {}).items() if hasattr(v, "__float__")}
             row = {
-                "iteration": int(context.state.train_state.step),
+                "iteration": int(context.state.train_state.step) + 1,  # Bridge increments after this hook
                 "step_ms": (time.perf_counter() - self.start) * 1000.0,
                 "loss": losses.get("lm loss"),
                 "max_memory_allocated": torch.cuda.max_memory_allocated(),

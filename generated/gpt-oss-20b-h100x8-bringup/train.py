@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/gpt-oss-20b-h100x8-bringup.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:5d70c213303f0267 input sha256:230b3302bd208356
+# mocompile: checksum sha256:4bd091b0ec15a3e7 input sha256:230b3302bd208356
 """gpt-oss-20b-h100x8-bringup: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 GPT-OSS-20B on 8x NVIDIA H100 80GB HBM3, goal bring-up.
@@ -16,7 +16,6 @@ import os
 import time
 
 from megatron.bridge.recipes.gpt_oss import gpt_oss_20b_pretrain_config
-from megatron.bridge.recipes.utils.optimizer_utils import distributed_fused_adam_with_cosine_annealing
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.config import (
     CheckpointConfig,
@@ -24,7 +23,9 @@ from megatron.bridge.training.config import (
     DistributedDataParallelConfig,
     LoggerConfig,
     MockGPTDatasetConfig,
+    OptimizerConfig,
     RNGConfig,
+    SchedulerConfig,
     TokenizerConfig,
     TrainingConfig,
     ValidationConfig,
@@ -40,8 +41,18 @@ ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '8', 'NCCL_NVLS_ENABLE': '0', 'PYTHON
 
 def build_config() -> ConfigContainer:
     """Build the ConfigContainer for this plan (importable without starting training)."""
-    optimizer, scheduler = distributed_fused_adam_with_cosine_annealing(
-        lr_warmup_iters=2, max_lr=0.0003, min_lr=3e-05)
+    # Distributed Adam with cosine decay, built directly: Bridge's recipe helpers import every
+    # model family (and so optional packages such as diffusers) on first use.
+    optimizer = OptimizerConfig(
+        optimizer="adam", lr=0.0003, min_lr=3e-05, weight_decay=0.1,
+        bf16=True, fp16=False, adam_beta1=0.9, adam_beta2=0.95,
+        adam_eps=1e-8, use_distributed_optimizer=True, clip_grad=1.0,
+    )
+    scheduler = SchedulerConfig(
+        start_weight_decay=0.033, end_weight_decay=0.033, weight_decay_incr_style="constant",
+        lr_decay_style="cosine", lr_warmup_iters=2, lr_warmup_init=0.0,
+        lr_decay_iters=None, override_opt_param_scheduler=True,
+    )
     train = TrainingConfig(
         train_iters=20,
         global_batch_size=64,
@@ -141,7 +152,7 @@ def step_metrics_callback(path: str):
                 return
             losses = {k: float(v) for k, v in (context.loss_dict or {}).items() if hasattr(v, "__float__")}
             row = {
-                "iteration": int(context.state.train_state.step),
+                "iteration": int(context.state.train_state.step) + 1,  # Bridge increments after this hook
                 "step_ms": (time.perf_counter() - self.start) * 1000.0,
                 "loss": losses.get("lm loss"),
                 "max_memory_allocated": torch.cuda.max_memory_allocated(),

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-235b-a22b-gb200.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:e806bc01533d641b input sha256:c862d18dba0b3c94
+# mocompile: checksum sha256:12a34bc16582d5c8 input sha256:c862d18dba0b3c94
 """qwen3-235b-a22b-gb200: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-235B-A22B on 128x NVIDIA GB200 NVL72, goal throughput.
@@ -16,7 +16,6 @@ import os
 import time
 
 from megatron.bridge.recipes.qwen import qwen3_235b_a22b_pretrain_config
-from megatron.bridge.recipes.utils.optimizer_utils import distributed_fused_adam_with_cosine_annealing
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.config import (
     CheckpointConfig,
@@ -24,7 +23,9 @@ from megatron.bridge.training.config import (
     DistributedDataParallelConfig,
     LoggerConfig,
     MockGPTDatasetConfig,
+    OptimizerConfig,
     RNGConfig,
+    SchedulerConfig,
     TokenizerConfig,
     TrainingConfig,
     ValidationConfig,
@@ -41,8 +42,18 @@ ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_GRAPH_REGISTER': '0', 'NC
 
 def build_config() -> ConfigContainer:
     """Build the ConfigContainer for this plan (importable without starting training)."""
-    optimizer, scheduler = distributed_fused_adam_with_cosine_annealing(
-        lr_warmup_iters=10, max_lr=0.0003, min_lr=3e-05)
+    # Distributed Adam with cosine decay, built directly: Bridge's recipe helpers import every
+    # model family (and so optional packages such as diffusers) on first use.
+    optimizer = OptimizerConfig(
+        optimizer="adam", lr=0.0003, min_lr=3e-05, weight_decay=0.1,
+        bf16=True, fp16=False, adam_beta1=0.9, adam_beta2=0.95,
+        adam_eps=1e-8, use_distributed_optimizer=True, clip_grad=1.0,
+    )
+    scheduler = SchedulerConfig(
+        start_weight_decay=0.033, end_weight_decay=0.033, weight_decay_incr_style="constant",
+        lr_decay_style="cosine", lr_warmup_iters=10, lr_warmup_init=0.0,
+        lr_decay_iters=None, override_opt_param_scheduler=True,
+    )
     train = TrainingConfig(
         train_iters=100,
         global_batch_size=2048,
@@ -142,7 +153,7 @@ def step_metrics_callback(path: str):
                 return
             losses = {k: float(v) for k, v in (context.loss_dict or {}).items() if hasattr(v, "__float__")}
             row = {
-                "iteration": int(context.state.train_state.step),
+                "iteration": int(context.state.train_state.step) + 1,  # Bridge increments after this hook
                 "step_ms": (time.perf_counter() - self.start) * 1000.0,
                 "loss": losses.get("lm loss"),
                 "max_memory_allocated": torch.cuda.max_memory_allocated(),

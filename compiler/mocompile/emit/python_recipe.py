@@ -138,6 +138,8 @@ def context(plan: Plan, source: str) -> dict[str, Any]:
         "seed": plan["seed"],
         "lr": lr,
         "min_lr": float(f"{lr / 10:.6g}"),
+        "optimizer_bf16": bool(plan["bf16"]),
+        "optimizer_fp16": bool(plan["fp16"]),
         "warmup": max(1, min(500, iters // 10)),
         "env_vars": {k: str(d.value) for k, d in sorted(plan.env.items())},
     }

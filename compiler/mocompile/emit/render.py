@@ -109,7 +109,8 @@ def requirements(plan: Plan) -> dict[str, Any]:
     dispatch = {"deepep": ["deep_ep", "Buffer"], "hybridep": ["deep_ep", "HybridEPBuffer"]}.get(backend or "")
     required_env = {k: str(d.value) for k, d in plan.env.items()
                     if k in ("CUDA_DEVICE_MAX_CONNECTIONS", "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", "USE_MNNVL")}
-    return {"torch": torch_min, "transformer_engine": te_min, "dispatch_import": dispatch, "env": required_env}
+    return {"torch": torch_min, "transformer_engine": te_min, "dispatch_import": dispatch, "env": required_env,
+            "needs_nvcc": backend == "hybridep"}
 
 
 def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
@@ -131,7 +132,8 @@ def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
         **common, **python_recipe.context(plan, source)), source, ih)
     files["preflight.sh"] = header.stamp_comment(t.get_template("preflight.sh.j2").render(
         **common, required_env=req["env"], torch_min=req["torch"], te_min=req["transformer_engine"],
-        dispatch_import=tuple(req["dispatch_import"]) if req["dispatch_import"] else None),
+        dispatch_import=tuple(req["dispatch_import"]) if req["dispatch_import"] else None,
+        needs_nvcc=req["needs_nvcc"]),
         source, ih, shebang="#!/usr/bin/env bash")
     targets = launch["targets"]
     if "torchrun" in targets:

@@ -74,7 +74,7 @@ def _divisors(n: int) -> list[int]:
 
 
 def _fits(ctx: Context, cfg: dict[str, Any]) -> tuple[bool, float]:
-    est = memory.estimate(ctx.model, cfg)["estimate_gib"]
+    est = memory.estimate(ctx.model, cfg)["total_gib"]
     return est <= ctx.hw["memory_gib"] * HEADROOM, est
 
 

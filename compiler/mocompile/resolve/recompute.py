@@ -32,7 +32,7 @@ def _estimate(ctx: Context, rung: Rung, **extra: Any) -> float:
     cfg = ctx.values()
     cfg.update(recompute_granularity=rung[0], recompute_modules=rung[1], recompute_method=rung[2],
                recompute_num_layers=rung[3], **extra)
-    return memory.estimate(ctx.model, cfg)["estimate_gib"]
+    return memory.estimate(ctx.model, cfg)["total_gib"]
 
 
 def _legal(ctx: Context, rung: Rung) -> list[str]:
@@ -105,5 +105,6 @@ def memory_pass(ctx: Context) -> None:
     est = memory.estimate(ctx.model, ctx.values())
     ctx.memory.update(est)
     ctx.memory["gpu_memory_gib"] = ctx.hw["memory_gib"]
-    ctx.set("memory_estimate_gib", est["estimate_gib"], "derived", "mocompile memory estimate, most-loaded rank")
+    ctx.set("memory_estimate_gib", est["total_gib"], "derived",
+            "mocompile memory estimate for the most-loaded rank, incl. dispatcher and NCCL buffers")
 
