@@ -177,7 +177,7 @@ def plot(doc: dict[str, Any], png: Path) -> str | None:
     w = 0.27
     ax2.bar([i - w for i in x], alloc, w, label="measured peak allocated")
     ax2.bar(list(x), reserved, w, label="measured peak reserved")
-    ax2.bar([i + w for i in x], est, w, label="mocompile estimate")
+    ax2.bar([i + w for i in x], est, w, label="mocompile estimate when run (calibration table: RESULTS.md)")
     ax2.set_xticks(list(x), short, rotation=20, ha="right")
     ax2.set_ylabel("GiB per GPU (rank 0)")
     ax2.set_title("Peak memory vs compiler estimate")
