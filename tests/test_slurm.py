@@ -62,6 +62,18 @@ def _lock(script: Path) -> dict:
     return json.loads((script.parent / "mocompile.lock.json").read_text())
 
 
+def _runtime_env(req: dict, tmp_path: Path) -> dict[str, str]:
+    """The job environment a plan needs: its variables, plus a CUDA_HOME with nvcc for HybridEP's JIT."""
+    env = dict(req["env"])
+    if req.get("needs_nvcc"):
+        nvcc = tmp_path / "cuda" / "bin" / "nvcc"
+        nvcc.parent.mkdir(parents=True, exist_ok=True)
+        nvcc.write_text("#!/bin/sh\nexit 0\n")
+        nvcc.chmod(0o755)
+        env["CUDA_HOME"] = str(tmp_path / "cuda")
+    return env
+
+
 # --------------------------------------------------------------------------------------------------
 # preflight, run for real (no Slurm needed)
 # --------------------------------------------------------------------------------------------------
@@ -69,9 +81,19 @@ def _lock(script: Path) -> dict:
 def test_preflight_passes_with_the_required_runtime(script, tmp_path):
     req = _lock(script)["requirements"]
     site = fake_site(tmp_path / "site")
-    proc, _ = run_preflight(script, {"PYTHON": sys.executable, "PYTHONPATH": str(site), **req["env"]})
+    proc, _ = run_preflight(script, {"PYTHON": sys.executable, "PYTHONPATH": str(site), **_runtime_env(req, tmp_path)})
     assert proc.returncode == 0, proc.stderr
     assert "preflight: ok" in proc.stdout
+
+
+@pytest.mark.parametrize("script", [p for p in PREFLIGHTS if _lock(p)["requirements"].get("needs_nvcc")],
+                         ids=lambda p: p.parent.name)
+def test_preflight_fails_with_RUN005_when_hybridep_has_no_nvcc(script, tmp_path):
+    req = _lock(script)["requirements"]
+    site = fake_site(tmp_path / "site")
+    proc, seconds = run_preflight(script, {"PYTHON": sys.executable, "PYTHONPATH": str(site), **req["env"]})
+    assert proc.returncode != 0 and "RUN005" in proc.stderr
+    assert seconds < 10
 
 
 @pytest.mark.parametrize("script", PREFLIGHTS, ids=lambda p: p.parent.name)
@@ -279,8 +301,10 @@ def test_two_node_dry_run_derives_rendezvous_from_the_allocation(slurm, tmp_path
     assert _directive(text, "nodes") == "2" and "--container-image" not in text
     lock = json.loads((gen / "mocompile.lock.json").read_text())
     site = fake_site(tmp_path / "site")
+    cuda_home = _runtime_env(lock["requirements"], tmp_path)["CUDA_HOME"]  # HybridEP JIT needs nvcc (RUN005)
     job, log = _submit_dry_run(slurm, proj, "generated/qwen3-30b-a3b-h100x16-hybridep/slurm.sbatch",
-                               f"{slurm['host']},vnode1", [], {"PYTHON": sys.executable, "PYTHONPATH": str(site)})
+                               f"{slurm['host']},vnode1", [],
+                               {"PYTHON": sys.executable, "PYTHONPATH": str(site), "CUDA_HOME": cuda_home})
     assert log.count("preflight: ok") == 2, log
     first = _hostnames(f"{slurm['host']},vnode1", slurm["env"])[0]
     endpoint = f"{first}:{20000 + int(job) % 20000}"

@@ -87,6 +87,12 @@ def context(plan: Plan, source: str) -> dict[str, Any]:
         {"field": "moe_deepep_num_sms", "value": None, "comment": "deprecated alias of moe_flex_dispatcher_num_sms (S-4)"},
         {"field": "moe_hybridep_num_sms", "value": None, "comment": "deprecated alias of moe_flex_dispatcher_num_sms (S-4)"},
     ]
+    # The plan's own split (even, or pipeline_model_parallel_layout) replaces a base recipe's
+    # uneven-split arguments: MCore rejects a layout combined with any of them (T59).
+    model_assignments += [
+        {"field": f, "value": v, "comment": "pipeline split comes from the plan (layout or even split)"}
+        for f, v in (("account_for_embedding_in_pipeline_split", False), ("account_for_loss_in_pipeline_split", False),
+                     ("num_layers_in_first_pipeline_stage", None), ("num_layers_in_last_pipeline_stage", None))]
     planned = {a["field"]: a["value"] for a in model_assignments}
     if flex:
         planned["moe_token_dispatcher_type"] = "flex"

@@ -107,7 +107,8 @@ CHECKS: dict[str, Check] = {
     "OVL014": lambda c: _overlap(c) and c["pipeline_model_parallel_size"] == 1 and _microbatches(c) < 2,
     "DW001": lambda c: bool(c["delay_wgrad_compute"]) and not _overlap(c),
     "DW002": lambda c: bool(c["delay_wgrad_compute"]) and c["te_version"] is None,
-    "DW003": lambda c: bool(c["delay_wgrad_compute"]) and _te_graphs(c),  # catalogue versions: TE < 2.10.0
+    # No TE counts as older than 2.10: Megatron-Core then reads TE 0.0.0 and raises (seen in the parity run).
+    "DW003": lambda c: bool(c["delay_wgrad_compute"]) and _te_graphs(c) and _te_below(c, "2.10.0"),
     "DW004": lambda c: bool(c["delay_wgrad_compute"]) and bool(c["overlap_grad_reduce"]) and _te_below(c, "2.7.0"),
     "DW005": lambda c: bool(c["delay_wgrad_compute"]) and _te_graphs(c)  # catalogue versions: TE < 2.12.0
     and ("attn" in _scopes(c) or ("moe_router" in _scopes(c) and bool(c["moe_shared_expert_intermediate_size"])
