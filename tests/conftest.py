@@ -15,6 +15,17 @@ RULE_BASE = FIXTURES / "rule_base.yaml"
 sys.path.insert(0, str(ROOT / "compiler"))
 
 
+def recipe_files() -> list[str]:
+    """The project's recipes as [tool.mocompile] lists them, relative to the repository root."""
+    from mocompile.project import load_settings
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        return sorted(load_settings().recipe_files())
+    finally:
+        os.chdir(cwd)
+
+
 def _value(v):
     """Render a Python value as the text `--set` parses (YAML flow)."""
     import json

@@ -14,24 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_cli
-from mocompile.project import load_settings
+from conftest import recipe_files, ROOT, run_cli
 from mocompile.schema import intent_schema, model_schema
 
 MODELINE = re.compile(r"^# yaml-language-server: \$schema=(\S+)$")
 SCHEMA_FILE = ROOT / "schemas" / "intent.schema.json"
 
 
-def _recipes() -> list[str]:
-    cwd = os.getcwd()
-    os.chdir(ROOT)
-    try:
-        return sorted(load_settings().recipe_files())
-    finally:
-        os.chdir(cwd)
 
 
-RECIPES = _recipes()
+RECIPES = recipe_files()
 
 
 def check_jsonschema(*args: str) -> subprocess.CompletedProcess:

@@ -9,23 +9,13 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, overrides, run_cli
+from conftest import recipe_files, ROOT, overrides, run_cli
 from mocompile.emit.header import verify
 from mocompile.pipeline import compile_recipe
-from mocompile.project import load_settings
-
-def _recipes():
-    import glob
-    import os
-    cwd = os.getcwd()
-    os.chdir(ROOT)
-    try:
-        return load_settings().recipe_files()
-    finally:
-        os.chdir(cwd)
 
 
-ALL = _recipes()
+
+ALL = recipe_files()
 
 
 def test_generated_folder_is_current():

@@ -11,9 +11,8 @@ import re
 
 import pytest
 
-from conftest import ROOT
+from conftest import recipe_files, ROOT
 from mocompile.pipeline import compile_recipe
-from mocompile.project import load_settings
 
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema not installed (tests/ecosystem/setup.sh)")
 
@@ -21,14 +20,6 @@ CRD = ROOT / "tests" / "ecosystem" / "data" / "kubeflow.org_pytorchjobs.yaml"
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
-def _recipes() -> list[str]:
-    import os
-    cwd = os.getcwd()
-    os.chdir(ROOT)
-    try:
-        return sorted(load_settings().recipe_files())
-    finally:
-        os.chdir(cwd)
 
 
 def openapi_to_jsonschema(node, strict: bool = True):
@@ -93,7 +84,7 @@ def test_committed_trainjobs_validate_against_the_crd(path):
     assert _errors(doc) == []
 
 
-@pytest.mark.parametrize("recipe", _recipes())
+@pytest.mark.parametrize("recipe", recipe_files())
 def test_every_recipe_gives_a_valid_pytorchjob(recipe):
     files, doc = _manifests(recipe)
     c = crd()
