@@ -131,3 +131,13 @@ def test_set_and_unset_apply_last(tmp_path):
     assert data["settings"]["seq_length"]["value"] == 1024
     proc = run_cli("explain", str(recipe), "--format", "json", "--unset", "training.seq_length")
     assert json.loads(proc.stdout)["settings"]["seq_length"]["value"] == 4096
+
+
+def test_positions_survive_extends(tmp_path):
+    """A pin inherited from a base file is reported at its line in the base file."""
+    (tmp_path / "base.yaml").write_text(GOOD + "moe: {overlap: true}\n")
+    (tmp_path / "child.yaml").write_text("extends: base.yaml\nname: child\nparallelism: {ep: 1}\n")
+    proc = run_cli("lint", str(tmp_path / "child.yaml"), "--format", "json")
+    assert proc.returncode == 1
+    d = next(d for d in _diags(proc) if d["rule"] == "OVL001")
+    assert d["file"].endswith("base.yaml") and d["line"] == GOOD.count("\n") + 1 and d["column"] == 16
