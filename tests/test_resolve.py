@@ -103,3 +103,14 @@ def test_resolver_never_emits_a_plan_that_breaks_a_rule(model, gpu, nodes, goal,
         "training.global_batch_size": 1024}))
     errors = [(d.rule, d.message) for d in r.diagnostics if d.severity == "error"]
     assert not errors
+
+
+def test_shared_expert_overlap_follows_the_final_dispatcher_and_overlap():
+    """DeepSeek-V3's provider defaults shared-expert overlap on; Bridge's flex helper turns it off,
+    so the plan must say off with deepep (else check_plan would stop the job), and on with alltoall."""
+    base = {"model.base": "deepseek-v3", "hardware.nodes": 8, "hardware.gpus_per_node": 8, "goal": "bring-up",
+            "training.global_batch_size": 512}
+    flex = plan_of(FIXTURES / "rule_base.yaml", **base, **{"moe.dispatcher": "deepep"})
+    assert flex["moe_shared_expert_overlap"] is False and "flex" in flex.settings["moe_shared_expert_overlap"].reason
+    a2a = plan_of(FIXTURES / "rule_base.yaml", **base)
+    assert a2a["moe_token_dispatcher_type"] == "alltoall" and a2a["moe_shared_expert_overlap"] is True

@@ -99,7 +99,20 @@ def overlap(ctx: Context) -> None:
         else:
             ctx.set("overlap_moe_expert_parallel_comm", True, "goal",
                     f"throughput: hide the EP all-to-all (ETP*EP = {group}) behind compute")
-    # Shared-expert overlap: the provider default, but never together with EP overlap.
+    shared_expert(ctx)
+    dpath = ("moe", "delay_wgrad")
+    dw = ctx.pinned(*dpath)
+    if dw is not None and ctx.explicit(*dpath):
+        ctx.set("delay_wgrad_compute", dw, "user", "pinned in the recipe", path=dpath)
+    else:
+        ctx.set("delay_wgrad_compute", False, "goal", "off unless asked: isolate plain overlap first",
+                [(True, "opt-in")])
+
+
+def shared_expert(ctx: Context) -> None:
+    """Shared-expert overlap: the provider's default, but never together with EP overlap.
+
+    Recomputed whenever EP overlap changes (the recompute pass may turn overlap off)."""
     spath = ("moe", "shared_expert_overlap")
     sp = ctx.pinned(*spath)
     if sp is not None and ctx.explicit(*spath):
@@ -108,15 +121,11 @@ def overlap(ctx: Context) -> None:
         ctx.set("moe_shared_expert_overlap", False, "derived",
                 "off under EP overlap (the two cannot run together); set explicitly because some providers default it on",
                 rules=["OVL010"])
+    elif ctx["moe_token_dispatcher_type"] == "flex":
+        ctx.set("moe_shared_expert_overlap", False, "derived",
+                "Bridge's apply_flex_dispatcher_backend turns it off for the flex dispatcher")
     else:
         on = bool(ctx.model["shared_expert_overlap_default"] and ctx["moe_shared_expert_intermediate_size"]
                   and ctx["moe_token_dispatcher_type"] in ("alltoall", "flex"))
         ctx.set("moe_shared_expert_overlap", on, "model", "the model provider's default" if on else "no shared experts to overlap"
                 if not ctx["moe_shared_expert_intermediate_size"] else "provider default off")
-    dpath = ("moe", "delay_wgrad")
-    dw = ctx.pinned(*dpath)
-    if dw is not None and ctx.explicit(*dpath):
-        ctx.set("delay_wgrad_compute", dw, "user", "pinned in the recipe", path=dpath)
-    else:
-        ctx.set("delay_wgrad_compute", False, "goal", "off unless asked: isolate plain overlap first",
-                [(True, "opt-in")])

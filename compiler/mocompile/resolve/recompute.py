@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mocompile import memory
+from mocompile.resolve import moe
 from mocompile.resolve.context import Context
 from mocompile.resolve.parallelism import HEADROOM
 
@@ -74,8 +75,9 @@ def plan(ctx: Context) -> None:
         ctx.set("overlap_moe_expert_parallel_comm", False, "goal",
                 "EP overlap allows only selective recompute, and no selective plan fits in memory",
                 [(True, "does not fit")])
-        ctx.set("delay_wgrad_compute", False, "derived", "needs EP overlap") \
-            if not ctx.is_user("delay_wgrad_compute") else None
+        if not ctx.is_user("delay_wgrad_compute"):
+            ctx.set("delay_wgrad_compute", False, "derived", "needs EP overlap")
+        moe.shared_expert(ctx)  # derived from the final overlap value
         _choose(ctx, ladder(ctx, False), "lightest recompute that fits (overlap off)")
 
 
