@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import subprocess
 import sys
@@ -59,7 +58,6 @@ def test_recipe_modeline_names_the_schema(recipe):
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_check_jsonschema_accepts_every_recipe(recipe):
     target = _modeline_target(recipe)
-    text = (ROOT / recipe).read_text()
     proc = check_jsonschema("--schemafile", str(target), str(ROOT / recipe))
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

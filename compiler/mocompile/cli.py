@@ -9,7 +9,7 @@ import sys
 from typing import Any, Sequence
 
 from mocompile import __version__, formats
-from mocompile.errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INPUT, EXIT_INTERNAL, InputError, UsageError
+from mocompile.errors import EXIT_CLEAN, EXIT_INPUT, EXIT_INTERNAL, InputError, UsageError
 from mocompile.ir import Diagnostic
 
 VERBS = ("compile", "lint", "check", "explain", "schema", "rules", "models")

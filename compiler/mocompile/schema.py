@@ -38,10 +38,6 @@ def model_schema() -> dict[str, Any]:
     return raw_schema()["model_spec"]["schema"]
 
 
-class _Auto:
-    """Marker base: the string ``auto`` is accepted by every tri-state type."""
-
-
 class IntentValidator(Validator):
     """Cerberus with the tri-state types: a value or the string ``auto``."""
 
