@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/tiny-moe-h100x2.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:72d78df972606050 input sha256:d060e1ca0c1bf7bb
+# mocompile: checksum sha256:d8049f75f1c82623 input sha256:d060e1ca0c1bf7bb
 """tiny-moe-h100x2: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 2x NVIDIA H100 80GB HBM3, goal throughput.
@@ -152,7 +152,7 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=False,  # goal: EP 2 with alltoall on 1 node(s): the all-to-all is a small share of the step; measured on 2xH100 (EP 2) overlap gave no speed-up and cost ~8% memory
+        overlap_moe_expert_parallel_comm=False,  # goal: EP 2 with alltoall on 1 node(s): the all-to-all is a small share of the step; measured at EP 2 on one NVLink host (2xH100 trial, 2xH200 benchmarks/results): no speed-up, +4-8% memory
         delay_wgrad_compute=False,  # goal: off unless asked: isolate plain overlap first
         overlap_p2p_comm=False,  # derived: no interleaved pipeline
         batch_p2p_comm=False,  # derived: not needed

@@ -94,7 +94,8 @@ def overlap(ctx: Context) -> None:
         elif group <= SMALL_EP and nodes_spanned <= 2 and ctx["moe_token_dispatcher_type"] == "alltoall":
             ctx.set("overlap_moe_expert_parallel_comm", False, "goal",
                     f"EP {group} with alltoall on {nodes_spanned} node(s): the all-to-all is a small share of the "
-                    "step; measured on 2xH100 (EP 2) overlap gave no speed-up and cost ~8% memory",
+                    "step; measured at EP 2 on one NVLink host (2xH100 trial, 2xH200 benchmarks/results): "
+                    "no speed-up, +4-8% memory",
                     [(True, "no measurable gain at small intranode EP")])
         else:
             ctx.set("overlap_moe_expert_parallel_comm", True, "goal",
