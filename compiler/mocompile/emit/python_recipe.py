@@ -29,6 +29,11 @@ MODEL_FIELDS = (
 )
 
 
+# CommOverlapConfig fields the plan decides (Bridge copies the MoE ones onto the model).
+COMM_OVERLAP_FIELDS = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute", "overlap_p2p_comm",
+                       "batch_p2p_comm", "overlap_grad_reduce", "overlap_param_gather")
+
+
 def _comment(d: Decision) -> str:
     rules = f" [{', '.join(d.rules)}]" if d.rules else ""
     return f"{d.source}: {d.reason}{rules}"
@@ -98,24 +103,12 @@ def context(plan: Plan, source: str) -> dict[str, Any]:
         planned["moe_token_dispatcher_type"] = "flex"
         planned["moe_flex_dispatcher_backend"] = plan["moe_flex_dispatcher_backend"]
         planned["moe_shared_expert_overlap"] = plan["moe_shared_expert_overlap"]
-    overlap = {
-        "tp_comm_overlap": False,
-        "overlap_moe_expert_parallel_comm": bool(plan["overlap_moe_expert_parallel_comm"]),
-        "delay_wgrad_compute": bool(plan["delay_wgrad_compute"]),
-        "overlap_p2p_comm": bool(plan["overlap_p2p_comm"]),
-        "batch_p2p_comm": bool(plan["batch_p2p_comm"]),
-        "overlap_grad_reduce": bool(plan["overlap_grad_reduce"]),
-        "overlap_param_gather": bool(plan["overlap_param_gather"]),
-    }
-    overlap_comments = {
-        "tp_comm_overlap": "TP comm overlap needs TE userbuffers; mocompile does not plan it",
-        "overlap_moe_expert_parallel_comm": _comment(plan.settings["overlap_moe_expert_parallel_comm"]),
-        "delay_wgrad_compute": _comment(plan.settings["delay_wgrad_compute"]),
-        "overlap_p2p_comm": _comment(plan.settings["overlap_p2p_comm"]),
-        "batch_p2p_comm": _comment(plan.settings["batch_p2p_comm"]),
-        "overlap_grad_reduce": _comment(plan.settings["overlap_grad_reduce"]),
-        "overlap_param_gather": _comment(plan.settings["overlap_param_gather"]),
-    }
+    # CommOverlapConfig: every field set explicitly (None lets Bridge decide, EP-17), each with its reason.
+    overlap: dict[str, bool] = {"tp_comm_overlap": False}
+    overlap_comments = {"tp_comm_overlap": "TP comm overlap needs TE userbuffers; mocompile does not plan it"}
+    for field in COMM_OVERLAP_FIELDS:
+        overlap[field] = bool(plan[field])
+        overlap_comments[field] = _comment(plan.settings[field])
     t = plan.intent["training"]
     lr = float(t["lr"])
     iters = plan["train_iters"]

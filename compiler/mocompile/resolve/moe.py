@@ -101,13 +101,8 @@ def overlap(ctx: Context) -> None:
             ctx.set("overlap_moe_expert_parallel_comm", True, "goal",
                     f"throughput: hide the EP all-to-all (ETP*EP = {group}) behind compute")
     shared_expert(ctx)
-    dpath = ("moe", "delay_wgrad")
-    dw = ctx.pinned(*dpath)
-    if dw is not None and ctx.explicit(*dpath):
-        ctx.set("delay_wgrad_compute", dw, "user", "pinned in the recipe", path=dpath)
-    else:
-        ctx.set("delay_wgrad_compute", False, "goal", "off unless asked: isolate plain overlap first",
-                [(True, "opt-in")])
+    ctx.user_or("delay_wgrad_compute", ("moe", "delay_wgrad"), False, "goal",
+                "off unless asked: isolate plain overlap first", [(True, "opt-in")])
 
 
 def shared_expert(ctx: Context) -> None:
@@ -125,8 +120,8 @@ def shared_expert(ctx: Context) -> None:
     elif ctx["moe_token_dispatcher_type"] == "flex":
         ctx.set("moe_shared_expert_overlap", False, "derived",
                 "Bridge's apply_flex_dispatcher_backend turns it off for the flex dispatcher")
+    elif not ctx["moe_shared_expert_intermediate_size"]:
+        ctx.set("moe_shared_expert_overlap", False, "model", "no shared experts to overlap")
     else:
-        on = bool(ctx.model["shared_expert_overlap_default"] and ctx["moe_shared_expert_intermediate_size"]
-                  and ctx["moe_token_dispatcher_type"] in ("alltoall", "flex"))
-        ctx.set("moe_shared_expert_overlap", on, "model", "the model provider's default" if on else "no shared experts to overlap"
-                if not ctx["moe_shared_expert_intermediate_size"] else "provider default off")
+        on = bool(ctx.model["shared_expert_overlap_default"]) and ctx["moe_token_dispatcher_type"] == "alltoall"
+        ctx.set("moe_shared_expert_overlap", on, "model", "the model provider's default" if on else "provider default off")
