@@ -27,12 +27,27 @@ export PYTHON
 # Multicast stays off on shared hosts (the generated launchers add their own block on top).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 
-bash "${here}/prepare_host.sh" "${WHEEL_DIR}" "${SITE}"
+# PREPARE=auto (default) skips prepare_host.sh when this SITE was already prepared from the same
+# wheel set on this host (a second call on a still-warm machine); PREPARE=always forces it.
+stamp="${SITE}/.mocompile-prepared"
+want="$(cd "${WHEEL_DIR}" 2>/dev/null && ls -1 ./*.whl 2>/dev/null | md5sum | cut -c1-16 || echo none)"
+if [[ "${PREPARE:-auto}" == "always" || ! -f "${stamp}" || "$(cat "${stamp}")" != "${want}" ]]; then
+  bash "${here}/prepare_host.sh" "${WHEEL_DIR}" "${SITE}"
+  echo "${want}" > "${stamp}"
+else
+  echo "run.sh: ${SITE} already prepared from this wheel set (PREPARE=always to redo)"
+fi
 export PYTHONPATH="${SITE}${PYTHONPATH:+:${PYTHONPATH}}"
 
 # HybridEP JIT-compiles kernels at first use with ${CUDA_HOME}/bin/nvcc (csrc/hybrid_ep/jit/compiler.cu).
 if [[ -z "${CUDA_HOME:-}" ]] && command -v nvcc >/dev/null 2>&1; then
   CUDA_HOME="$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")"
+fi
+# Hosts preset CUDA_HOME=/usr/local/cuda, a symlink: `find` does not descend into a symlinked
+# start folder, so the CCCL search below found nothing and the DeepEP build failed at
+# cuda/std/tuple. Always work with the resolved path (issue 10).
+if [[ -n "${CUDA_HOME:-}" ]]; then
+  CUDA_HOME="$(readlink -f "${CUDA_HOME}")"
   export CUDA_HOME
 fi
 echo "run.sh: CUDA_HOME=${CUDA_HOME:-unset}"
@@ -64,8 +79,11 @@ else
     fi
   elif [[ -n "${srctar}" && -f "${srctar}" ]]; then
     arch="$("${PYTHON}" -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability(0))')"
-    cccl="$(find "${CUDA_HOME:-/usr/local/cuda}" -path '*/cccl/cuda/std/tuple' 2>/dev/null | head -1)"
+    cccl="$(find -L "$(readlink -f "${CUDA_HOME:-/usr/local/cuda}")" -path '*/cccl/cuda/std/tuple' 2>/dev/null | head -1)"
     cccl="${cccl%/cuda/std/tuple}"
+    if [[ -z "${cccl}" ]]; then
+      echo "run.sh: warning: no cccl/cuda/std/tuple under CUDA_HOME=${CUDA_HOME:-unset}; the DeepEP build will likely fail" >&2
+    fi
     rm -rf /tmp/deepep-build && mkdir -p /tmp/deepep-build
     tar xzf "${srctar}" -C /tmp/deepep-build
     src="$(find /tmp/deepep-build -maxdepth 2 -name setup.py -printf '%h\n' | head -1)"
@@ -75,6 +93,8 @@ else
           timeout "${DEEPEP_BUILD_TIMEOUT:-300}" "${PYTHON}" -m pip wheel --no-build-isolation --no-deps --no-index \
           -w /tmp/deepep-build/dist .) > /tmp/deepep-build.log 2>&1; then
       "${PYTHON}" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "${SITE}" /tmp/deepep-build/dist/deep_ep-*.whl
+      # DEEPEP_WHEEL_OUT: keep the built wheel (bring it back and put it in .whl/aux to skip the build next time)
+      if [[ -n "${DEEPEP_WHEEL_OUT:-}" ]]; then mkdir -p "${DEEPEP_WHEEL_OUT}" && cp /tmp/deepep-build/dist/deep_ep-*.whl "${DEEPEP_WHEEL_OUT}/"; fi
       if have="$(deepep_check 2>/tmp/deepep_check.err | tail -1)"; then
         deepep_status true built "built on host in $((SECONDS - t0)) s, sm ${arch}; ${have}" "$((SECONDS - t0))"
       else
@@ -89,4 +109,10 @@ else
   fi
 fi
 
+# RUN_BENCH=0: prepare the host and DeepEP only (e.g. before a diagnostic script).
+if [[ "${RUN_BENCH:-1}" == "0" ]]; then
+  "${PYTHON}" -c 'import json, sys; d = json.load(open(sys.argv[1])); sys.exit(0 if d["ok"] or d["status"] == "skipped" else 1)' "${status}"
+  exit $?
+fi
+# Exits non-zero (3) when a requested variant could not run (e.g. flex variants without deep_ep).
 "${PYTHON}" "${here}/run_bench.py" --deepep-status "${status}" "$@"

@@ -18,6 +18,7 @@ import datetime as _dt
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -38,6 +39,10 @@ SAFETY_ENV = {
     "PYTHONUNBUFFERED": "1",
     "PYTHONFAULTHANDLER": "1",  # a Python stack for native crashes (e.g. SIGSEGV in an extension)
 }
+
+# Process settings for every launched job (benchmarks/gpu/benchsite/sitecustomize.py): host-side
+# jitter removal and per-rank memory. The launchers and train.py stay unmodified.
+BENCHSITE = Path(__file__).resolve().parent / "benchsite"
 
 # Canonical variant order (others follow alphabetically).
 ORDER = ["overlap-off", "overlap-on", "overlap-wgrad"]
@@ -186,12 +191,17 @@ def error_excerpt(log_text: str, limit: int = 12) -> list[str]:
 
 
 def run_once(name: str, folder: Path, repeat: int, port: int, logs: Path, timeout: int,
-             nproc: int | None) -> dict[str, Any]:
+             nproc: int | None, harness_env: dict[str, str] | None = None) -> dict[str, Any]:
     metrics = logs / f"{name}.r{repeat}.jsonl"
     log = logs / f"{name}.r{repeat}.log"
+    rankstats = logs / f"{name}.r{repeat}.ranks"
     metrics.unlink(missing_ok=True)
     env = dict(os.environ)
     env.update(SAFETY_ENV)
+    env.update(harness_env or {})
+    if BENCHSITE.is_dir():
+        env["PYTHONPATH"] = str(BENCHSITE) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env["MOCOMPILE_BENCH_RANKSTATS"] = str(rankstats)
     env["MOCOMPILE_METRICS"] = str(metrics)
     env["MASTER_PORT"] = str(port)
     env.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -228,9 +238,17 @@ def run_once(name: str, folder: Path, repeat: int, port: int, logs: Path, timeou
             except ValueError:
                 pass
     text = log.read_text(errors="replace")
+    ranks = []
+    if rankstats.is_dir():
+        for f in sorted(rankstats.glob("rank*.json"), key=lambda f: int(re.sub(r"\D", "", f.stem) or 0)):
+            try:
+                ranks.append(json.loads(f.read_text()))
+            except (OSError, ValueError):
+                pass
     result = {
         "variant": name, "repeat": repeat, "rc": rc, "wall_s": round(wall, 1), "log": log.name,
-        "metrics": rows, "timed_out": rc == 124,
+        "metrics": rows, "timed_out": rc == 124, "ranks": ranks,
+        "started": round(start, 1),
     }
     if rc != 0:
         result["error"] = error_excerpt(text)
@@ -251,6 +269,17 @@ def summarize_run(run: dict[str, Any], warmup: int) -> dict[str, Any]:
     measured = rows[warmup:] if len(rows) > warmup + 2 else rows[len(rows) // 2:]
     steps = [float(r["step_ms"]) for r in measured]
     last = rows[-1]
+    # Loss: Bridge prints it on the last rank (print_rank_last), i.e. the last pipeline stage; the
+    # rank-0 metrics row has no loss under PP > 1. Prefer the Bridge log line of the same iteration.
+    bridge = {b["iteration"]: b for b in run.get("bridge_log", []) if b.get("lm_loss") is not None}
+    last_it = last.get("iteration")
+    loss = bridge[last_it]["lm_loss"] if last_it in bridge else last.get("loss")
+    loss_source = "bridge log (last rank)" if last_it in bridge else "rank-0 metrics"
+    ranks = [r for r in run.get("ranks", []) if r.get("max_memory_allocated")]
+    alloc_r0 = max(float(r.get("max_memory_allocated", 0)) for r in rows) / 2**30
+    resv_r0 = max(float(r.get("max_memory_reserved", 0)) for r in rows) / 2**30
+    alloc_all = max([alloc_r0] + [r["max_memory_allocated"] / 2**30 for r in ranks])
+    resv_all = max([resv_r0] + [r["max_memory_reserved"] / 2**30 for r in ranks])
     return {
         "iterations": len(rows),
         "first_iteration": rows[0].get("iteration"),
@@ -262,9 +291,16 @@ def summarize_run(run: dict[str, Any], warmup: int) -> dict[str, Any]:
         "min_step_ms": min(steps),
         "max_step_ms": max(steps),
         "first_step_ms": float(rows[0]["step_ms"]),
-        "last_loss": last.get("loss"),
-        "peak_allocated_gib": max(float(r.get("max_memory_allocated", 0)) for r in rows) / 2**30,
-        "peak_reserved_gib": max(float(r.get("max_memory_reserved", 0)) for r in rows) / 2**30,
+        "cv_pct": (statistics.stdev(steps) / statistics.fmean(steps) * 100.0) if len(steps) > 1 else 0.0,
+        "last_loss": loss,
+        "loss_source": loss_source,
+        "loss_curve": [bridge[i]["lm_loss"] for i in sorted(bridge)] or [r.get("loss") for r in rows],
+        "peak_allocated_gib": alloc_all,
+        "peak_reserved_gib": resv_all,
+        "rank0_peak_allocated_gib": alloc_r0,
+        "per_rank_peak_allocated_gib": [round(r["max_memory_allocated"] / 2**30, 3) for r in ranks],
+        "per_rank_peak_reserved_gib": [round(r["max_memory_reserved"] / 2**30, 3) for r in ranks],
+        "ranks_seen": len(ranks),
     }
 
 
@@ -290,6 +326,9 @@ def summarize_variant(info: dict[str, Any], runs: list[dict[str, Any]], warmup: 
         "peak_reserved_gib": max(r["summary"]["peak_reserved_gib"] for r in ok),
         "last_losses": [r["summary"]["last_loss"] for r in ok],
         "last_iteration": ok[0]["summary"]["last_iteration"],
+        "within_run_cv_pct": [round(r["summary"]["cv_pct"], 2) for r in ok],
+        "per_rank_peak_allocated_gib": ok[0]["summary"]["per_rank_peak_allocated_gib"],
+        "order_positions": [r.get("repeat") for r in ok],
     })
     losses = {r["summary"]["last_loss"] for r in ok}
     out["last_loss"] = ok[0]["summary"]["last_loss"] if len(losses) == 1 else None
@@ -323,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefix", default="bench-", help="run recipe folders whose name starts with this")
     ap.add_argument("--only", default="", help="comma-separated folder names to run (default: all matches)")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds (at least 3 for a spread)")
+    ap.add_argument("--first-round", type=int, default=0,
+                    help="number of the first round (a later call on the same host continues the rotation)")
     ap.add_argument("--warmup", type=int, default=5, help="leading iterations left out of step statistics")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per launcher run")
     ap.add_argument("--deadline", type=float, default=0, help="stop starting runs after this many seconds")
@@ -333,13 +374,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--extra", action="append", default=[], help="JSON file merged into 'extra' (repeatable)")
     ap.add_argument("--deepep-status", default="", help="JSON from run.sh: flex variants are skipped unless ok")
     ap.add_argument("--base-port", type=int, default=29500)
+    ap.add_argument("--gc", choices=["off", "on"], default="off",
+                    help="off: gc.disable() in every worker (benchsite/sitecustomize.py); on: Python default")
+    ap.add_argument("--affinity", choices=["on", "off"], default="on",
+                    help="on: each local rank pinned to its own share of the CPUs")
+    ap.add_argument("--env", action="append", default=[],
+                    help="KEY=VALUE added to every launched job (e.g. NCCL_P2P_DISABLE=1; recorded in the JSON)")
     args = ap.parse_args(argv)
+    harness_env = {"MOCOMPILE_BENCH_GC": args.gc, "MOCOMPILE_BENCH_AFFINITY": "1" if args.affinity == "on" else "0"}
+    for kv in args.env:
+        k, _, v = kv.partition("=")
+        harness_env[k] = v
 
     gen = Path(args.generated).resolve()
     folders = sorted((p for p in gen.glob(f"{args.prefix}*") if (p / "torchrun.sh").is_file()),
                      key=lambda p: variant_key(p.name, args.prefix))
     if args.only:
         wanted = {s.strip() for s in args.only.split(",") if s.strip()}
+        missing = sorted(wanted - {p.name for p in folders})
+        if missing:
+            print(f"run_bench: requested variants have no torchrun.sh under {gen}: {', '.join(missing)}", file=sys.stderr)
+            return 2
         folders = [p for p in folders if p.name in wanted]
     if not folders:
         print(f"run_bench: no {args.prefix}*/torchrun.sh under {gen}; compile recipes/bench/ first", file=sys.stderr)
@@ -349,7 +404,10 @@ def main(argv: list[str] | None = None) -> int:
     logs = Path(args.logs or f"/tmp/mocompile-bench-logs/{tag}")
     if logs.exists():
         for stale in logs.glob("*.r*.*"):
-            stale.unlink()
+            if stale.is_dir():
+                shutil.rmtree(stale)
+            else:
+                stale.unlink()
     logs.mkdir(parents=True, exist_ok=True)
     variants = {p.name: describe(p) for p in folders}
     runs: dict[str, list[dict[str, Any]]] = {p.name: [] for p in folders}
@@ -370,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     port = args.base_port
     last_wall = 0.0
-    for rnd in range(args.repeats):
+    for rnd in range(args.first_round, args.first_round + args.repeats):
         k = rnd % len(folders)
         rotation = folders[k:] + folders[:k]
         for folder in rotation:
@@ -385,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             port += 1
             print(f"run_bench: round {rnd} {name} (port {port}) at {elapsed:.0f}s", flush=True)
-            result = run_once(name, folder, rnd, port, logs, args.timeout, args.nproc or None)
+            result = run_once(name, folder, rnd, port, logs, args.timeout, args.nproc or None, harness_env)
             last_wall = result["wall_s"]
             runs[name].append(result)
             order_log.append(f"{rnd}:{name}")
@@ -396,8 +454,8 @@ def main(argv: list[str] | None = None) -> int:
             if result["rc"] != 0:
                 for line in result.get("error", [])[-4:]:
                     print(f"run_bench:   | {line}", flush=True)
-                if rnd == 0:
-                    failed_first[name] = "failed in round 0; not repeated"
+                if not any(r.get("rc") == 0 for r in runs[name]):
+                    failed_first[name] = f"failed in round {rnd}; not repeated"
     summary = {name: summarize_variant(variants[name], runs[name], args.warmup) for name in variants}
     base = [n for n in variants if variant_key(n, args.prefix)[0] < len(ORDER)]
     base_losses = {n: summary[n].get("last_loss") for n in base if summary[n].get("runs_ok")}
@@ -421,8 +479,12 @@ def main(argv: list[str] | None = None) -> int:
                          "torch.cuda.synchronize() at both ends (generated train.py, MOCOMPILE_METRICS)",
             "variant_step_ms": "median of the per-run medians; spread = min..max of the per-run medians",
             "tokens_per_s": "global_batch_size * seq_length / median step time (whole job)",
-            "memory": "torch.cuda.max_memory_allocated/reserved on rank 0, peak over the run",
+            "memory": "torch.cuda.max_memory_allocated/reserved, peak over the run, max over every rank "
+                      "(benchsite/sitecustomize.py samples each rank every 2 s and at exit)",
+            "loss": "lm loss of the last iteration from Bridge's log line, printed by the last rank "
+                    "(= last pipeline stage)",
             "safety_env": SAFETY_ENV,
+            "harness_env": harness_env,
         },
         "order": order_log,
         "elapsed_s": round(time.time() - t0, 1),
@@ -455,6 +517,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             errs = [r.get("error") or r.get("skipped") for r in runs[n]]
             print(f"  {n:32s} FAILED/skipped: {errs[:1]}")
+    # A requested variant that could not run (skipped: dispatcher package missing; or every run
+    # failed) makes the whole command fail, so a CI or a person cannot mistake it for a result.
+    not_run = [n for n in variants if not summary[n].get("runs_ok")]
+    if not_run:
+        print(f"run_bench: FAILED: requested variant(s) did not run: {', '.join(not_run)}", file=sys.stderr)
+        return 3
     return 0
 
 
