@@ -1,21 +1,23 @@
 """Stage 1: read recipe YAML into a ``Document`` that remembers every position.
 
-Handles ``extends:`` (deep merge, child wins, lists replace, cycles rejected)
-and the CLI's ``--set a.b=v`` / ``--unset a.b`` which apply last, in order.
+Handles ``extends:`` (deep merge, child wins, lists replace; cycles, long chains and bases
+outside the project refused) and the CLI's ``--set a.b=v`` / ``--unset a.b`` which apply
+last, in order. Every text passes ``limits.scan`` before a node tree is built.
 """
 
 from __future__ import annotations
 
-import os
-from typing import Any
-
 import functools
+import os
+import stat
+from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.constructor import ConstructorError
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from mocompile import limits
 from mocompile.errors import InputError
 from mocompile.ir import Diagnostic, Document, Path, Position
 
@@ -45,6 +47,9 @@ def _plain(node: Node, file: str, path: Path, positions: dict[Path, Position]) -
     if isinstance(node, MappingNode):
         out: dict[str, Any] = {}
         for knode, vnode in node.value:
+            if not isinstance(knode, ScalarNode):
+                raise InputError([_diag("a mapping key must be a plain value, not a list or mapping",
+                                        _pos(file, knode.start_mark), "write `key: value`")])
             key = str(_scalar(knode))
             sub = path + (key,)
             if key in out:
@@ -61,7 +66,9 @@ def _plain(node: Node, file: str, path: Path, positions: dict[Path, Position]) -
             positions[path + (i,)] = _pos(file, item.start_mark)
             items.append(_plain(item, file, path + (i,), positions))
         return items
-    return _scalar(node)
+    value = _scalar(node)
+    limits.check_number(value, _pos(file, node.start_mark))
+    return value
 
 
 def _scalar(node: Node) -> Any:
@@ -81,6 +88,7 @@ def parse_text(text: str, file: str) -> tuple[dict[str, Any], dict[Path, Positio
         raise InputError([_diag("file is empty; a recipe needs at least `schema`, `model`, `hardware` and `goal`",
                                 Position(file, 1, 1), "start from one of the files in recipes/")])
     try:
+        limits.scan(_composer().parse(text), file)
         node = _composer().compose(text)
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -125,19 +133,57 @@ def _merge(base: dict[str, Any], bpos: dict[Path, Position], child: dict[str, An
     return out
 
 
-def _read(path: str, chain: list[str], texts: dict[str, str]) -> tuple[dict[str, Any], dict[Path, Position], list[str]]:
-    real = os.path.realpath(path)
-    if real in chain:
-        cycle = " -> ".join(os.path.relpath(p) for p in chain + [real])
-        raise InputError([_diag(f"`extends` cycle: {cycle}", Position(path, 1, 1),
-                                "remove one `extends:` so the chain ends")])
+def project_root(recipe: str) -> str:
+    """Where ``extends`` may reach: the nearest folder above ``recipe`` holding pyproject.toml
+    or .git, else the recipe's own folder (symlinks resolved)."""
+    start = os.path.dirname(os.path.realpath(recipe))
+    here = start
+    while True:
+        if any(os.path.exists(os.path.join(here, m)) for m in ("pyproject.toml", ".git")):
+            return here
+        parent = os.path.dirname(here)
+        if parent == here:
+            return start
+        here = parent
+
+
+def read_text(path: str, pos: Position | None = None) -> str:
+    """Read one recipe as UTF-8, refusing non-regular files and files over the size limit.
+
+    Opens without blocking (a FIFO named as a recipe must not hang the hook) and reads at most
+    one byte past the limit, so a 10 GB file costs no more than a small one.
+    """
+    where = pos or Position(path)
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
-        raise InputError([_diag(f"file not found: {path}", Position(path), "check the path")]) from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise InputError([_diag(f"cannot read {path}: {exc.__class__.__name__}", Position(path))]) from None
+        raise InputError([_diag(f"file not found: {path}", where, "check the path")]) from None
+    except OSError as exc:
+        raise InputError([_diag(f"cannot read {path}: {exc.strerror or exc.__class__.__name__}", where)]) from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise limits.refuse(limits.NOT_REGULAR, f"{path} is not a regular file", where)
+        try:
+            data = fh.read(limits.FILE_BYTES.value + 1)
+        except OSError as exc:
+            raise InputError([_diag(f"cannot read {path}: {exc.strerror or exc.__class__.__name__}", where)]) from None
+    if len(data) > limits.FILE_BYTES.value:
+        raise limits.refuse(limits.FILE_BYTES, f"file is larger than {limits.FILE_BYTES.value // 1024} KiB",
+                            Position(path, 1, 1))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise InputError([_diag(f"not UTF-8 text: byte 0x{data[exc.start]:02x}", Position(path, line, col),
+                                "save the recipe as UTF-8")]) from None
+
+
+def _read(path: str, chain: list[str], texts: dict[str, str], root: str,
+          pos: Position | None = None) -> tuple[dict[str, Any], dict[Path, Position], list[str]]:
+    """Read ``path`` and, recursively, the bases it extends; ``chain`` holds the extenders."""
+    real = os.path.realpath(path)
+    text = read_text(path, pos)
     texts[path] = text
     data, positions = parse_text(text, path)
     files = [path]
@@ -147,10 +193,20 @@ def _read(path: str, chain: list[str], texts: dict[str, str]) -> tuple[dict[str,
         if not isinstance(parent, str) or not parent:
             raise InputError([_diag("`extends` must be a file path (string)", ppos)])
         base_path = os.path.normpath(os.path.join(os.path.dirname(path), parent))
+        base_real = os.path.realpath(base_path)
+        if base_real in chain + [real]:
+            cycle = " -> ".join(os.path.relpath(p) for p in chain + [real, base_real])
+            raise limits.refuse(limits.EXTENDS_CYCLE, f"`extends` cycle: {cycle}", ppos)
+        if len(chain) + 1 > limits.EXTENDS_DEPTH.value:
+            raise limits.refuse(limits.EXTENDS_DEPTH, f"more than {limits.EXTENDS_DEPTH.value} bases in one "
+                                                      "`extends` chain", ppos)
+        if os.path.commonpath([root, base_real]) != root:
+            raise limits.refuse(limits.EXTENDS_ROOT, f"`extends: {parent}` resolves to {base_real}, outside the "
+                                                     f"project root {root}", ppos)
         if not os.path.exists(base_path):
             raise InputError([_diag(f"`extends` names a missing file: {parent}", ppos,
                                     "paths are relative to the recipe that extends")])
-        base, bpos, bfiles = _read(base_path, chain + [real], texts)
+        base, bpos, bfiles = _read(base_path, chain + [real], texts, root, ppos)
         base.pop("name", None)  # a name never inherits: each recipe is its own output
         for p in [p for p in bpos if p and p[0] == "name"]:
             del bpos[p]
@@ -161,32 +217,38 @@ def _read(path: str, chain: list[str], texts: dict[str, str]) -> tuple[dict[str,
 
 
 def parse_override(expr: str) -> tuple[list[str], Any]:
-    """Parse ``a.b.c=value``; the value is read as a YAML scalar or flow node."""
+    """Parse ``a.b.c=value``; the value is read as a YAML scalar or flow node, under the same
+    limits as a file (an alias bomb on the command line is refused too)."""
     if "=" not in expr:
-        raise InputError([_diag(f"--set needs KEY=VALUE, got {expr!r}", Position(CLI))])
+        raise InputError([_diag(f"--set needs KEY=VALUE, got {_short(expr)}", Position(CLI))])
     key, raw = expr.split("=", 1)
+    if len(expr) > limits.STRING.value:
+        raise limits.refuse(limits.STRING, f"--set {_short(key)}=... is {len(expr)} characters "
+                                           f"(at most {limits.STRING.value})", Position(CLI))
     keys = [k for k in key.strip().split(".")]
     if not all(keys):
-        raise InputError([_diag(f"--set key {key!r} has an empty part", Position(CLI))])
+        raise InputError([_diag(f"--set key {_short(key)} has an empty part", Position(CLI))])
+    if len(keys) > limits.DEPTH.value:
+        raise limits.refuse(limits.DEPTH, f"--set key nests deeper than {limits.DEPTH.value} levels",
+                            Position(CLI))
+    if not raw.strip():
+        return keys, ""
     try:
-        value = _composer().load(raw) if raw.strip() else ""
-    except YAMLError:
-        value = raw
-    return keys, _to_plain(value)
+        limits.scan(_composer().parse(raw), CLI)
+        node = _composer().compose(raw)
+    except (YAMLError, ValueError):
+        return keys, raw  # not YAML: the text itself is the value
+    if node is None:
+        return keys, None
+    try:
+        return keys, _plain(node, CLI, (), {})
+    except (ConstructorError, ValueError):
+        return keys, raw
 
 
-def _to_plain(value: Any) -> Any:
-    """Plain Python for a --set value (keys as strings)."""
-    if isinstance(value, dict):
-        return {str(k): _to_plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_to_plain(v) for v in value]
-    if isinstance(value, bool) or value is None:
-        return value
-    for kind in (int, float, str):
-        if isinstance(value, kind):
-            return kind(value)
-    return value
+def _short(text: str, width: int = 60) -> str:
+    """A repr short enough for one message line."""
+    return repr(text if len(text) <= width else text[:width] + "...")
 
 
 def apply_overrides(doc: Document, sets: list[str], unsets: list[str]) -> Document:
@@ -221,7 +283,7 @@ def apply_overrides(doc: Document, sets: list[str], unsets: list[str]) -> Docume
 def load(path: str, sets: list[str] | None = None, unsets: list[str] | None = None) -> Document:
     """Read ``path`` (following ``extends``) and apply command-line overrides."""
     texts: dict[str, str] = {}
-    data, positions, files = _read(path, [], texts)
+    data, positions, files = _read(path, [], texts, project_root(path))
     doc = Document(data=data, positions=positions, files=files, text=texts)
     doc.positions[()] = Position(path, 1, 1)
     if "name" not in doc.data:
