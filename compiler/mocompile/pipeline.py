@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from mocompile.ir import Diagnostic, Document, Plan
 from mocompile.load import load
-from mocompile.resolve import resolve
+from mocompile.resolve import resolve, training_io
 from mocompile.rules.engine import check
 from mocompile.schema import validate
 
@@ -28,7 +28,7 @@ def analyse(path: str, sets: list[str] | None = None, unsets: list[str] | None =
     """Everything up to and including the rule check. Raises ``InputError`` for bad input."""
     doc = load(path, sets, unsets)
     intent = validate(doc)
-    plan = resolve(intent, doc)
+    plan = training_io.apply(resolve(intent, doc), doc)  # data/tokenizer/checkpoint/logging keys (issue 9)
     plan.diagnostics = sorted(check(plan), key=lambda d: (d.position, d.rule))
     return Result(path, plan, plan.diagnostics, doc=doc)
 

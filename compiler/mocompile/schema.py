@@ -11,6 +11,7 @@ import copy
 import difflib
 import functools
 import os
+import re
 from typing import Any
 
 from cerberus import TypeDefinition, Validator, errors as cerr
@@ -131,6 +132,8 @@ def _describe(e: cerr.ValidationError, schema: dict[str, Any], prefix: Path) -> 
         return f"`{dotted}` must be >= {e.constraint}, got {e.value!r}", "", path, False
     if code == cerr.MAX_VALUE.code:
         return f"`{dotted}` must be <= {e.constraint}, got {e.value!r}", "", path, False
+    if code == cerr.MIN_LENGTH.code:
+        return f"`{dotted}` needs at least {e.constraint} item(s), got {len(e.value)}", "", path, False
     if code == cerr.REGEX_MISMATCH.code:
         desc = _rules_at(schema, path[len(prefix):]).get("meta", {}).get("description", "")
         return f"`{dotted}` has an invalid value {e.value!r}", desc, path, False
@@ -168,12 +171,64 @@ def _defaults(data: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _blend_problems(blend: Any) -> list[tuple[int, str, str]]:
+    """(index, message, hint) for a blend that Megatron-Core would reject or misread.
+
+    ``get_blend_from_list`` reads a list as prefixes, or as weight/prefix pairs when it starts
+    with a number; anything in between fails at dataset build, after the job has started.
+    """
+    if not isinstance(blend, list) or not blend:
+        return []
+    out: list[tuple[int, str, str]] = []
+    weighted = isinstance(blend[0], (int, float)) and not isinstance(blend[0], bool)
+    pair_hint = "write weight/prefix pairs, e.g. [0.7, /data/web/text_document, 0.3, /data/code/text_document]"
+    if weighted and len(blend) % 2:
+        out.append((len(blend) - 1, "`training.data.blend` has weights, so it needs weight/prefix pairs "
+                    f"(even length); got {len(blend)} items", pair_hint))
+    for i, item in enumerate(blend):
+        want_weight = weighted and i % 2 == 0
+        is_num = isinstance(item, (int, float)) and not isinstance(item, bool)
+        where = f"`training.data.blend[{i}]`"
+        if want_weight and not is_num:
+            out.append((i, f"{where} must be a weight (a number), got {item!r}", pair_hint))
+        elif want_weight and item <= 0:
+            out.append((i, f"{where}: weight must be > 0, got {item!r}", "drop the dataset instead of weighting it 0"))
+        elif not want_weight and is_num:
+            out.append((i, f"{where} must be a dataset prefix (a path), got the number {item!r}",
+                        pair_hint if weighted else "give every prefix a weight, or none"))
+        elif not want_weight and isinstance(item, str):
+            if not item.strip() or any(ord(ch) < 32 for ch in item):
+                out.append((i, f"{where} is not a usable path: {item!r}", "a path without control characters"))
+            elif item.endswith((".bin", ".idx")):
+                out.append((i, f"{where} names a file ({item!r}); Megatron wants the prefix",
+                            f"write {item[:-4]!r}: Megatron adds .bin and .idx itself"))
+    return out
+
+
+def _training_io_problems(data: dict[str, Any], doc: Document) -> list[Diagnostic]:
+    """Checks of the data keys that a schema cannot express (each one a bad input, exit 2)."""
+    training = data.get("training")
+    d = training.get("data") if isinstance(training, dict) else None
+    if not isinstance(d, dict):
+        return []
+    out = [Diagnostic("SCHEMA", "error", msg, doc.position(("training", "data", "blend", i)), hint)
+           for i, msg, hint in _blend_problems(d.get("blend"))]
+    split = d.get("split")
+    if isinstance(split, str):
+        numbers = [float(x) for x in re.findall(r"\d+(?:\.\d+)?", split)]
+        if numbers and sum(numbers) <= 0:
+            out.append(Diagnostic("SCHEMA", "error", f"`training.data.split` {split!r} gives every split weight 0",
+                                  doc.position(("training", "data", "split")), "e.g. '969,30,1'"))
+    return out
+
+
 def validate(doc: Document) -> dict[str, Any]:
     """Return the intent with defaults filled, or raise ``InputError`` with every problem."""
     intent, diags = _check(copy.deepcopy(doc.data), intent_schema(), doc, ())
     if isinstance(doc.data.get("model"), dict):
         _, mdiags = _check(copy.deepcopy(doc.data["model"]), model_schema(), doc, ("model",))
         diags += mdiags
+    diags += _training_io_problems(doc.data, doc)
     if diags:
         raise InputError(sorted(diags, key=lambda d: (d.position, d.message)))
     return intent

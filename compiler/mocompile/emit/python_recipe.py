@@ -76,6 +76,48 @@ def _custom_model(plan: Plan) -> list[dict[str, Any]]:
     return [{"field": k, "value": v, "comment": c} for k, v, c in args]
 
 
+def _kwargs(plan: Plan, fields: tuple[str, ...], keep: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Keyword arguments with their reasons: the fields that are set, plus ``keep`` always."""
+    return [_assign(plan, f) for f in fields if f in plan.settings and (f in keep or plan[f] is not None)]
+
+
+def training_io(plan: Plan) -> dict[str, Any]:
+    """Dataset, tokenizer, checkpoint, validation and logger arguments (issue 9 keys).
+
+    Mock data with none of these keys renders exactly the lines recipes had before them.
+    """
+    real = plan.get("data_type", "mock") != "mock"
+    blend = plan.get("blend")
+    dataset = None
+    if real:
+        dataset = {"blend": (list(blend[0]), None if blend[1] is None else list(blend[1])),
+                   "blend_comment": _comment(plan.settings["blend"]),
+                   "split": _assign(plan, "split"), "path_to_cache": _assign(plan, "path_to_cache")}
+    tokenizer = None
+    if plan.get("tokenizer_type", "NullTokenizer") != "NullTokenizer":
+        tokenizer = [_assign(plan, "tokenizer_type"), _assign(plan, "tokenizer_model")]
+    ckpt_fields = ("save", "load", "save_interval", "ckpt_format", "async_save", "pretrained_checkpoint")
+    checkpoint = None
+    if any(plan.get(f) for f in ("save", "load", "pretrained_checkpoint")):
+        checkpoint = _kwargs(plan, ckpt_fields, keep=("save", "load", "ckpt_format", "async_save"))
+    logger = _kwargs(plan, ("log_interval", "tensorboard_dir", "wandb_project", "wandb_exp_name", "wandb_entity"),
+                     keep=("log_interval",)) if "log_interval" in plan.settings else [
+        {"field": "log_interval", "value": 1, "comment": "default"}]
+    evaluate = bool(plan.get("eval_interval"))
+    return {
+        "dataset": dataset,
+        "tokenizer": tokenizer,
+        "checkpoint": checkpoint,
+        "logger": logger,
+        "logger_plain": len(logger) == 1 and logger[0]["value"] == 1,
+        "validation": {"eval_iters": plan.get("eval_iters", 0) if evaluate else 0,
+                       "eval_interval": plan.get("eval_interval") if evaluate else None,
+                       "comment": _comment(plan.settings["eval_interval"]) if evaluate else
+                       ("mock data: no evaluation" if not real else "no evaluation (training.eval.interval not set)")},
+        "exit_signal_handler": bool(plan.get("exit_signal_handler", False)),
+    }
+
+
 def context(plan: Plan, source: str) -> dict[str, Any]:
     m = plan.model
     bridge = m.get("bridge") or {}
@@ -141,4 +183,5 @@ def context(plan: Plan, source: str) -> dict[str, Any]:
         "optimizer_fp16": bool(plan["fp16"]),
         "warmup": max(1, min(500, iters // 10)),
         "env_vars": {k: str(d.value) for k, d in sorted(plan.env.items())},
+        "io": training_io(plan),
     }

@@ -6,6 +6,7 @@ same function can be exercised against any settings (the parity tests do that).
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable
 
 from mocompile.layout import layout_error
@@ -62,6 +63,20 @@ def _backend(c: Cfg) -> str | None:
 
 def _layers_per_rank(c: Cfg) -> int:
     return c["num_layers"] // max(1, c["pipeline_model_parallel_size"])
+
+
+def split_share(split: str | None, index: int) -> float | None:
+    """Share of split ``index`` (0 train, 1 validation, 2 test) as Megatron-Core normalises it."""
+    if not split:
+        return None
+    parts = [float(x) for x in re.findall(r"[.0-9]+", split)]  # parse_and_normalize_split's reading
+    parts += [0.0] * (3 - len(parts))
+    total = sum(parts[:3])
+    return parts[index] / total if total > 0 else None
+
+
+def _ckpt_used(c: Cfg) -> bool:
+    return bool(c.get("save") or c.get("load") or c.get("pretrained_checkpoint"))
 
 
 CHECKS: dict[str, Check] = {
@@ -156,4 +171,16 @@ CHECKS: dict[str, Check] = {
     "ENV001": lambda c: _overlap(c) and str(c["env"].get("CUDA_DEVICE_MAX_CONNECTIONS", "")) == "1",
     "MEM001": lambda c: c.get("memory_estimate_gib", 0) > c["gpu_memory_gib"],
     "VER001": lambda c: not at_least(c["torch_version"], "2.6.0"),
+    # Data, tokenizer, checkpoint and logging (issue 9). These read with .get: the resolver's
+    # candidate trials run before these settings exist, and a missing one means "not configured".
+    "TOK001": lambda c: (c.get("tokenizer_vocab_size") or 0) > c["vocab_size"],
+    "TOK002": lambda c: c.get("data_type", "mock") != "mock" and c.get("tokenizer_type", "NullTokenizer") == "NullTokenizer",
+    "DATA001": lambda c: bool(c.get("eval_interval")) and split_share(c.get("split"), 1) == 0.0,
+    "CKPT001": lambda c: bool(c.get("load")) and not c.get("save"),
+    "CKPT002": lambda c: bool(c.get("async_save")) and c.get("ckpt_format", "torch_dist") != "torch_dist",
+    "CKPT003": lambda c: bool(c.get("async_save")) and not c.get("save"),
+    "CKPT004": lambda c: bool(c.get("save")) and (c.get("save_interval") or 0) > c["train_iters"],
+    "CKPT005": lambda c: c.get("ckpt_format") == "fsdp_dtensor" and _ckpt_used(c),
+    "CKPT006": lambda c: c.get("ckpt_format") in ("torch", "torch_dcp") and _ckpt_used(c),
+    "LOG001": lambda c: (c.get("log_interval") or 1) > c["train_iters"],
 }

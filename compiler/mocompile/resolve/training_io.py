@@ -1,0 +1,106 @@
+"""Data, tokenizer, checkpoint, evaluation and logging settings (issue 9).
+
+These keys decide nothing about the parallel plan, so they are settled after it, on the
+Plan itself: ``apply(plan, doc)`` adds one Decision per Bridge field (named as in Bridge's
+``GPTDatasetConfig``, ``TokenizerConfig``, ``CheckpointConfig``, ``ValidationConfig`` and
+``LoggerConfig``), each with the position of the key that set it, so the rule catalogue can
+check them and point at the user's value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mocompile.ir import Decision, Document, Plan
+
+MOCK_SPLIT = "99990,8,2"  # what mock recipes have always used (Bridge's own recipe value)
+DEFAULT_SAVE_INTERVAL = 1000
+TOKENIZER_TYPES = {"huggingface": "HuggingFaceTokenizer"}
+
+
+def _blend(items: list[Any]) -> list[Any]:
+    """[prefixes, weights or None], the shape of Megatron-Core's ``blend`` (a list, for JSON)."""
+    if items and isinstance(items[0], (int, float)) and not isinstance(items[0], bool):
+        return [[str(p) for p in items[1::2]], [float(w) for w in items[0::2]]]
+    return [[str(p) for p in items], None]
+
+
+def decisions(intent: dict[str, Any], doc: Document) -> dict[str, Decision]:
+    """One Decision per Bridge field these keys control, from the validated intent."""
+    out: dict[str, Decision] = {}
+
+    def put(name: str, value: Any, path: tuple[str, ...] | None, reason: str, source: str = "") -> None:
+        written = path is not None and path in doc.positions
+        src = source or ("user" if written else "default")
+        out[name] = Decision(value, src, "set in the recipe" if src == "user" else reason,
+                             position=doc.positions.get(path) if path else None)
+
+    training = intent["training"]
+    data = training.get("data", "mock")
+    if isinstance(data, dict):
+        put("data_type", "megatron", ("training", "data", "type"), "")
+        put("blend", _blend(data["blend"]), ("training", "data", "blend"), "")
+        put("split", str(data.get("split", "969,30,1")), ("training", "data", "split"),
+            "schema default: 96.9 % train, 3 % validation, 0.1 % test")
+        put("path_to_cache", data.get("cache"), ("training", "data", "cache"),
+            "no cache directory: Megatron writes the index cache beside the .idx files")
+    else:
+        put("data_type", "mock", ("training", "data"), "schema default: Megatron's mock GPT dataset")
+        put("blend", None, None, "mock data has no blend", "derived")
+        put("split", MOCK_SPLIT, None, "mock data: fixed split", "derived")
+        put("path_to_cache", None, None, "mock data: no index cache", "derived")
+
+    ev = training.get("eval") or {}
+    interval = ev.get("interval")
+    put("eval_interval", interval, ("training", "eval", "interval"), "no evaluation during training")
+    put("eval_iters", int(ev.get("iters", 10)) if interval else 0, ("training", "eval", "iters"),
+        "batches per evaluation" if interval else "no evaluation: no validation batches are built",
+        "" if interval else "derived")
+
+    tok = intent.get("tokenizer")
+    if isinstance(tok, dict):
+        put("tokenizer_type", TOKENIZER_TYPES[tok.get("type", "huggingface")], ("tokenizer", "type"),
+            "schema default: a HuggingFace tokenizer")
+        put("tokenizer_model", tok["path"], ("tokenizer", "path"), "")
+        put("tokenizer_vocab_size", tok.get("vocab_size"), ("tokenizer", "vocab_size"),
+            "not declared: preflight checks the real tokenizer's vocabulary")
+    else:
+        put("tokenizer_type", "NullTokenizer", None, "no tokenizer key: NullTokenizer (mock data only, TOK002)", "default")
+        put("tokenizer_model", None, None, "no tokenizer files", "default")
+        put("tokenizer_vocab_size", None, None, "NullTokenizer takes the model's vocab_size", "derived")
+
+    ck = intent.get("checkpoint") if isinstance(intent.get("checkpoint"), dict) else {}
+    save = ck.get("save")
+    put("save", save, ("checkpoint", "save"), "no checkpoint key: nothing is saved")
+    put("load", ck.get("load"), ("checkpoint", "load"), "no resume directory")
+    iters = int(training["train_iters"])
+    every = ck.get("interval")
+    if every is None:
+        put("save_interval", min(iters, DEFAULT_SAVE_INTERVAL) if save else None, None,
+            f"every {DEFAULT_SAVE_INTERVAL} iterations, or once at the end of a shorter run" if save
+            else "nothing is saved", "default")
+    else:
+        put("save_interval", every, ("checkpoint", "interval"), "")
+    put("ckpt_format", ck.get("format", "torch_dist"), ("checkpoint", "format"),
+        "torch_dist: the format Bridge 0.6.2 saves and resumes without Megatron FSDP")
+    put("async_save", bool(ck.get("async", False)), ("checkpoint", "async"), "synchronous saves")
+    put("pretrained_checkpoint", ck.get("pretrained"), ("checkpoint", "pretrained"), "weights start from random init")
+    put("exit_signal_handler", bool(save), None,
+        "save a checkpoint and stop on SIGTERM (preemption, scancel)" if save else "nothing to save on SIGTERM",
+        "derived")
+
+    lg = intent.get("logging") if isinstance(intent.get("logging"), dict) else {}
+    put("log_interval", int(lg.get("interval", 1)), ("logging", "interval"), "log every iteration")
+    put("tensorboard_dir", lg.get("tensorboard"), ("logging", "tensorboard"), "no TensorBoard")
+    wb = lg.get("wandb") if isinstance(lg.get("wandb"), dict) else None
+    put("wandb_project", wb["project"] if wb else None, ("logging", "wandb", "project"), "no Weights & Biases")
+    name = (wb.get("name") or intent["name"]) if wb else None
+    put("wandb_exp_name", name, ("logging", "wandb", "name"), "W&B run named after the recipe" if wb else "no W&B")
+    put("wandb_entity", wb.get("entity") if wb else None, ("logging", "wandb", "entity"), "default W&B entity")
+    return out
+
+
+def apply(plan: Plan, doc: Document) -> Plan:
+    """Add these settings to a resolved plan (call before the rule check)."""
+    plan.settings.update(decisions(plan.intent, doc))
+    return plan
