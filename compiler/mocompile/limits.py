@@ -73,7 +73,8 @@ def check_number(value: Any, pos: Position) -> None:
     if isinstance(value, float) and not math.isfinite(value):
         raise refuse(NUMBER, f"{value} is not a finite number", pos)
     if abs(value) > NUMBER.value:
-        raise refuse(NUMBER, f"number {value:.3g} is out of range (at most 2**53 = {NUMBER.value})", pos)
+        shown = f"{value:.3g}" if isinstance(value, float) else f"with {len(str(abs(value)))} digits"
+        raise refuse(NUMBER, f"number {shown} is out of range (at most 2**53 = {NUMBER.value})", pos)
 
 
 @dataclass

@@ -160,9 +160,10 @@ def read_text(path: str, pos: Position | None = None) -> str:
         raise InputError([_diag(f"file not found: {path}", where, "check the path")]) from None
     except OSError as exc:
         raise InputError([_diag(f"cannot read {path}: {exc.strerror or exc.__class__.__name__}", where)]) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise limits.refuse(limits.NOT_REGULAR, f"{path} is not a regular file", where)
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise limits.refuse(limits.NOT_REGULAR, f"{path} is not a regular file", where)
         try:
             data = fh.read(limits.FILE_BYTES.value + 1)
         except OSError as exc:
