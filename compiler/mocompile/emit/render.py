@@ -86,6 +86,8 @@ def lock(plan: Plan) -> dict[str, Any]:
         "settings": {k: d.as_dict() for k, d in sorted(plan.settings.items())},
         "env": {k: d.as_dict() for k, d in sorted(plan.env.items())},
         "memory": plan.memory,
+        # The planner's verdict: the chosen plan's predicted step, the runners-up and why they lost.
+        "estimate": plan.planner,
         "diagnostics": [d.as_dict() for d in plan.diagnostics],
     }
 
@@ -113,6 +115,22 @@ def requirements(plan: Plan) -> dict[str, Any]:
             "needs_nvcc": backend == "hybridep"}
 
 
+def preflight_io(plan: Plan) -> dict[str, Any]:
+    """What preflight checks for the data, tokenizer, checkpoint and logging keys (RUN006-RUN010)."""
+    blend = plan.get("blend")
+    tok = plan.get("tokenizer_model")
+    writable = [(plan.get(k), key) for k, key in (("save", "checkpoint.save"), ("path_to_cache", "training.data.cache"),
+                                                   ("tensorboard_dir", "logging.tensorboard")) if plan.get(k)]
+    packages = [(mod, key) for mod, key, field in (("tensorboard", "logging.tensorboard", "tensorboard_dir"),
+                                                   ("wandb", "logging.wandb", "wandb_project")) if plan.get(field)]
+    out = {"prefixes": list(blend[0]) if blend else [],
+           "tokenizer": {"path": tok, "model_vocab": plan.model["vocab_size"]} if tok else None,
+           "writable": writable, "load": plan.get("load"), "pretrained": plan.get("pretrained_checkpoint"),
+           "packages": packages}
+    out["any"] = bool(out["prefixes"] or tok or writable or out["load"] or out["pretrained"] or packages)
+    return out
+
+
 def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
               out_rel: str = "generated") -> dict[str, str]:
     """Every file for ``generated/<name>/``, keyed by file name."""
@@ -133,7 +151,7 @@ def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
     files["preflight.sh"] = header.stamp_comment(t.get_template("preflight.sh.j2").render(
         **common, required_env=req["env"], torch_min=req["torch"], te_min=req["transformer_engine"],
         dispatch_import=tuple(req["dispatch_import"]) if req["dispatch_import"] else None,
-        needs_nvcc=req["needs_nvcc"]),
+        needs_nvcc=req["needs_nvcc"], io=preflight_io(plan)),
         source, ih, shebang="#!/usr/bin/env bash")
     targets = launch["targets"]
     if "torchrun" in targets:
@@ -141,7 +159,7 @@ def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
                                                     source, ih, shebang="#!/usr/bin/env bash")
     if "slurm" in targets:
         files["slurm.sbatch"] = header.stamp_comment(t.get_template("slurm.sbatch.j2").render(
-            **common, slurm=launch["slurm"], container=launch.get("container"),
+            **common, slurm=launch["slurm"], container=launch.get("container"), io=preflight_io(plan),
             job_name=re.sub(r"[^A-Za-z0-9._-]", "-", plan.name)), source, ih, shebang="#!/usr/bin/env bash")
     if "kubernetes" in targets:
         k8s = launch.get("kubernetes") or {}
