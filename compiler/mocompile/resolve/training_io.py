@@ -25,15 +25,24 @@ def _blend(items: list[Any]) -> list[Any]:
     return [[str(p) for p in items], None]
 
 
+def _written(data: Any, path: tuple[str, ...]) -> bool:
+    """Did the recipe (a file, a base file or --set, even of a whole mapping) write ``path``?"""
+    for key in path:
+        if not isinstance(data, dict) or key not in data:
+            return False
+        data = data[key]
+    return True
+
+
 def decisions(intent: dict[str, Any], doc: Document) -> dict[str, Decision]:
     """One Decision per Bridge field these keys control, from the validated intent."""
     out: dict[str, Decision] = {}
 
     def put(name: str, value: Any, path: tuple[str, ...] | None, reason: str, source: str = "") -> None:
-        written = path is not None and path in doc.positions
+        written = path is not None and _written(doc.data, path)
         src = source or ("user" if written else "default")
         out[name] = Decision(value, src, "set in the recipe" if src == "user" else reason,
-                             position=doc.positions.get(path) if path else None)
+                             position=doc.position(path) if written and path else None)
 
     training = intent["training"]
     data = training.get("data", "mock")
