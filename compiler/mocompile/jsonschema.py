@@ -29,6 +29,10 @@ def _rule(r: dict[str, Any]) -> dict[str, Any]:
         out = {"type": SIMPLE[t]}
     if t == "dict" and "schema" in r:
         out.update(_object(r["schema"]))
+    elif isinstance(t, list) and "dict" in t and "schema" in r:  # e.g. training.data: `mock` or a mapping
+        obj = _object(r["schema"])
+        obj.pop("type")  # properties/required apply to objects only; the type list stays
+        out.update(obj)
     if t == "dict" and "keysrules" in r:
         out["propertyNames"] = {"pattern": r["keysrules"]["regex"]}
     if t == "dict" and "valuesrules" in r:
@@ -40,6 +44,8 @@ def _rule(r: dict[str, Any]) -> dict[str, Any]:
         out["enum"] = list(r["allowed"]) + ([None] if r.get("nullable") else [])
     if "min" in r:
         out["minimum"] = r["min"]
+    if "minlength" in r:
+        out["minItems"] = r["minlength"]
     if "max" in r:
         out["maximum"] = r["max"]
     if "regex" in r:
