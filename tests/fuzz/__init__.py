@@ -1,0 +1,1 @@
+"""Fuzz suite (a package so its conftest does not shadow tests/conftest.py)."""
