@@ -73,7 +73,7 @@ BAD = [
     ("checkpoint: {save: /c, bogus: 1}\n", "unknown key `checkpoint.bogus`", "bogus"),
     ("logging: {interval: 0}\n", "`logging.interval` must be >= 1, got 0", "0}"),
     ("logging: {wandb: {name: run1}}\n", "missing required key `logging.wandb.project`", "wandb:"),
-    ("logging: {tensorboard: \"tb\\u0000\"}\n", "`logging.tensorboard` has an invalid value", '"tb'),
+    ("logging: {tensorboard: \"tb\\u0001\"}\n", "`logging.tensorboard` has an invalid value", '"tb'),
 ]
 
 
