@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/tiny-moe-real-data.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:fdb699412f317098 input sha256:627a86eddc3becef
+# mocompile: checksum sha256:8313430ca6fed415 input sha256:627a86eddc3becef
 # tiny-moe-real-data: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
@@ -25,10 +25,10 @@ fi
 import os
 import sys
 
-REQUIRED_ENV = {'CUDA_DEVICE_MAX_CONNECTIONS': '32'}
+REQUIRED_ENV = {'CUDA_DEVICE_MAX_CONNECTIONS': '8'}
 TORCH_MIN = '2.6.0'
 TE_MIN = None
-DISPATCH_IMPORT = ('deep_ep', 'Buffer')
+DISPATCH_IMPORT = None
 NEEDS_NVCC = False
 
 
