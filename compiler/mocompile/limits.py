@@ -52,8 +52,11 @@ EXTENDS_CYCLE = Limit("LIM009", "extends-cycle", 0,
 EXTENDS_ROOT = Limit("LIM010", "extends-outside-project", 0,
                      "a base must lie inside the project root (the nearest folder above the recipe "
                      "holding pyproject.toml or .git, else the recipe's own folder), symlinks resolved")
+NUL = Limit("LIM011", "nul-character", 0,
+            "no environment variable, argument or file name can hold a NUL character (\\0); remove it")
 
-ALL = (FILE_BYTES, NOT_REGULAR, DEPTH, NODES, KEYS, STRING, NUMBER, EXTENDS_DEPTH, EXTENDS_CYCLE, EXTENDS_ROOT)
+ALL = (FILE_BYTES, NOT_REGULAR, DEPTH, NODES, KEYS, STRING, NUMBER, EXTENDS_DEPTH, EXTENDS_CYCLE, EXTENDS_ROOT,
+       NUL)
 
 
 def refuse(limit: Limit, message: str, pos: Position) -> InputError:
@@ -66,15 +69,21 @@ def where(file: str, mark: Any) -> Position:
     return Position(file, mark.line + 1, mark.column + 1) if mark is not None else Position(file, 1, 1)
 
 
-def check_number(value: Any, pos: Position) -> None:
+def check_string(value: Any, pos: Position, what: str = "a value") -> None:
+    """Refuse a string holding NUL: launchers could not pass it on byte-exact (C strings end there)."""
+    if isinstance(value, str) and "\x00" in value:
+        raise refuse(NUL, f"{what} holds a NUL character (\\0)", pos)
+
+
+def check_number(value: Any, pos: Position, what: str = "number") -> None:
     """Refuse a number no field could accept; keeps every later computation small and finite."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return
     if isinstance(value, float) and not math.isfinite(value):
-        raise refuse(NUMBER, f"{value} is not a finite number", pos)
+        raise refuse(NUMBER, f"{what} {value} is not a finite number", pos)
     if abs(value) > NUMBER.value:
         shown = f"{value:.3g}" if isinstance(value, float) else f"with {len(str(abs(value)))} digits"
-        raise refuse(NUMBER, f"number {shown} is out of range (at most 2**53 = {NUMBER.value})", pos)
+        raise refuse(NUMBER, f"{what} {shown} is out of range (at most 2**53 = {NUMBER.value})", pos)
 
 
 @dataclass

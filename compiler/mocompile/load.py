@@ -7,6 +7,7 @@ last, in order. Every text passes ``limits.scan`` before a node tree is built.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import stat
@@ -51,6 +52,7 @@ def _plain(node: Node, file: str, path: Path, positions: dict[Path, Position]) -
                 raise InputError([_diag("a mapping key must be a plain value, not a list or mapping",
                                         _pos(file, knode.start_mark), "write `key: value`")])
             key = str(_scalar(knode))
+            limits.check_string(key, _pos(file, knode.start_mark), f"the key under `{'.'.join(map(str, path))}`")
             sub = path + (key,)
             if key in out:
                 raise InputError([_diag(f"duplicate key `{'.'.join(map(str, sub))}`", _pos(file, knode.start_mark),
@@ -67,7 +69,9 @@ def _plain(node: Node, file: str, path: Path, positions: dict[Path, Position]) -
             items.append(_plain(item, file, path + (i,), positions))
         return items
     value = _scalar(node)
-    limits.check_number(value, _pos(file, node.start_mark))
+    what = f"`{'.'.join(map(str, path))}`" if path else "the value"
+    limits.check_number(value, _pos(file, node.start_mark), what)
+    limits.check_string(value, _pos(file, node.start_mark), what)
     return value
 
 
@@ -237,14 +241,14 @@ def parse_override(expr: str) -> tuple[list[str], Any]:
     try:
         limits.scan(_composer().parse(raw), CLI)
         node = _composer().compose(raw)
+        if node is None:
+            return keys, None
+        return keys, _plain(node, CLI, tuple(keys), {})
     except (YAMLError, ValueError):
         return keys, raw  # not YAML: the text itself is the value
-    if node is None:
-        return keys, None
-    try:
-        return keys, _plain(node, CLI, (), {})
-    except (ConstructorError, ValueError):
-        return keys, raw
+    except InputError as exc:  # say which --set it was
+        raise InputError([dataclasses.replace(d, message=f"--set {_short(key, 40)}: {d.message}")
+                          for d in exc.diagnostics]) from None
 
 
 def _short(text: str, width: int = 60) -> str:

@@ -60,6 +60,15 @@ class IntentValidator(Validator):
 
     _validate_type.__doc__ = Validator._validate_type.__doc__  # cerberus reads its rule schema from here
 
+    def _validate_regex(self, pattern: str, field: Any, value: Any) -> None:
+        # Cerberus matches with `re.match` and a trailing `$`, which also accepts a value ending in
+        # "\n" (a name "abc\n" became a folder "abc\n"; a qos "q\n" a stray #SBATCH line). The whole
+        # value must match, as in JSON Schema: tests/test_hostile_values.py.
+        if isinstance(value, str) and not re.fullmatch(pattern, value):
+            self._error(field, cerr.REGEX_MISMATCH)
+
+    _validate_regex.__doc__ = Validator._validate_regex.__doc__
+
 
 TYPE_WORDS = {
     "auto_int": "a positive integer or `auto`",

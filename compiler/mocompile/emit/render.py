@@ -29,7 +29,14 @@ def pyrepr(value: Any) -> str:
 
 
 def shquote(value: Any) -> str:
-    return shlex.quote(str(value))
+    """One shell word that reads back as ``value`` exactly. `$` and backquote stand outside the
+    single quotes as "\\$" and "\\`", so shellcheck does not take the literal for a mistake
+    (SC2016) and the generated scripts stay shellcheck-clean whatever the user's value."""
+    text = str(value)
+    if "$" not in text and "`" not in text:
+        return shlex.quote(text)
+    parts = re.split(r"([$`])", text)
+    return "".join(f'"\\{p}"' if p in ("$", "`") else shlex.quote(p) if p else "" for p in parts)
 
 
 def yamlstr(value: Any) -> str:
