@@ -1,0 +1,404 @@
+"""Rule predicates on their boundaries: for every term of a rule, the value that just passes and
+the one that just fails; where a rule reads several sizes, a sweep compared with the rule as
+the upstream source states it; then the engine's choice of position and its message values,
+and pipeline-layout validation clause by clause.
+
+Cases start from ``BASE``, a legal 8-GPU configuration (every rule quiet), and change only the
+fields the case names, so each one isolates a single term. These are the cases a planted bug
+in ``rules/checks.py`` or ``layout.py`` must trip (docs/mutation.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any
+
+import pytest
+
+from conftest import RULE_BASE
+from mocompile.ir import Decision, Position
+from mocompile.layout import derive, expand, layout_error
+from mocompile.rules.checks import CHECKS, DEEPEP_GROUP_SIZES
+from mocompile.rules.engine import broken_rules, by_id, check
+
+
+def _plan():
+    from mocompile.pipeline import analyse
+    return analyse(str(RULE_BASE)).plan
+
+
+LEGAL = dict(
+    world_size=8, nodes=1, gpus_per_node=8, nvlink_domain=8, gpu_arch="hopper", gpu_memory_gib=80,
+    gpu_flex_backends=["deepep", "hybridep"], tensor_model_parallel_size=1, pipeline_model_parallel_size=1,
+    virtual_pipeline_model_parallel_size=None, context_parallel_size=1, expert_model_parallel_size=2,
+    expert_tensor_parallel_size=1, data_parallel_size=8, sequence_parallel=False, micro_batch_size=1,
+    global_batch_size=16, seq_length=2048, num_layers=8, num_moe_experts=16, num_attention_heads=16,
+    num_query_groups=4, first_k_dense=0, mtp_num_layers=None, add_bias_linear=False,
+    pipeline_model_parallel_layout=None, overlap_p2p_comm=False, overlap_moe_expert_parallel_comm=False,
+    delay_wgrad_compute=False, moe_token_dispatcher_type="alltoall", moe_flex_dispatcher_backend=None,
+    moe_flex_dispatcher_num_sms=None, hybridep_ranks_per_domain=None, fp8_dispatch=False,
+    moe_shared_expert_intermediate_size=None, moe_shared_expert_overlap=False, moe_grouped_gemm=True,
+    moe_expert_capacity_factor=None, moe_router_force_load_balancing=False, multi_latent_attention=False,
+    recompute_granularity=None, recompute_method=None, recompute_modules=None, recompute_num_layers=None,
+    cuda_graph_impl="none", cuda_graph_modules=None, bf16=True, fp16=False, fp8=None, fp4=None,
+    te_version="2.12.0", torch_version="2.11.0", mcore_version="0.19.2", env={}, memory_estimate_gib=10.0,
+    overlap_grad_reduce=True, train_iters=100,
+)
+
+
+@pytest.fixture(scope="module")
+def base() -> dict[str, Any]:
+    cfg = _plan().values()
+    cfg.update(LEGAL)
+    assert [r.id for r in broken_rules(cfg)] == [], "BASE must be legal"
+    return cfg
+
+
+def broken(base: dict[str, Any], rule: str, **changes: Any) -> bool:
+    """Does ``rule`` fire on BASE plus ``changes`` (through the catalogue: versions apply)?"""
+    cfg = {**base, **changes}
+    return rule in {r.id for r in broken_rules(cfg)}
+
+
+FLEX_DEEPEP = dict(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="deepep")
+FLEX_HYBRIDEP = dict(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep",
+                     hybridep_ranks_per_domain=8)
+OVERLAP = dict(overlap_moe_expert_parallel_comm=True)
+
+# (rule, fails, passes): two configurations one step apart on one term of the rule.
+BOUNDARIES = [
+    # PAR001 world % (TP*PP*CP): each factor on its own
+    ("PAR001", dict(world_size=2, tensor_model_parallel_size=2, context_parallel_size=2),
+     dict(world_size=4, tensor_model_parallel_size=2, context_parallel_size=2)),
+    ("PAR001", dict(world_size=4, context_parallel_size=8), dict(world_size=8, context_parallel_size=8)),
+    ("PAR001", dict(world_size=4, pipeline_model_parallel_size=8), dict(world_size=8, pipeline_model_parallel_size=8)),
+    ("PAR001", dict(world_size=4, tensor_model_parallel_size=8), dict(world_size=8, tensor_model_parallel_size=8)),
+    # PAR002 world % (ETP*EP*PP)
+    ("PAR002", dict(expert_model_parallel_size=2, pipeline_model_parallel_size=8),
+     dict(expert_model_parallel_size=2, pipeline_model_parallel_size=4)),
+    ("PAR002", dict(expert_model_parallel_size=2, expert_tensor_parallel_size=8),
+     dict(expert_model_parallel_size=2, expert_tensor_parallel_size=4)),
+    ("PAR002", dict(expert_model_parallel_size=16), dict(expert_model_parallel_size=8)),
+    ("PAR003", dict(num_moe_experts=6, expert_model_parallel_size=4), dict(num_moe_experts=8, expert_model_parallel_size=4)),
+    ("PAR004", dict(num_attention_heads=12, tensor_model_parallel_size=8),
+     dict(num_attention_heads=16, tensor_model_parallel_size=8)),
+    # PAR005: groups % TP or TP % groups must be 0
+    ("PAR005", dict(num_query_groups=6, tensor_model_parallel_size=4), dict(num_query_groups=8, tensor_model_parallel_size=4)),
+    ("PAR005", dict(num_query_groups=3, tensor_model_parallel_size=2), dict(num_query_groups=2, tensor_model_parallel_size=4)),
+    ("PAR006", dict(sequence_parallel=True, tensor_model_parallel_size=1),
+     dict(sequence_parallel=True, tensor_model_parallel_size=2)),
+    # PAR007 GBS % (MBS*DP): the micro batch and the DP term each
+    ("PAR007", dict(global_batch_size=16, micro_batch_size=3), dict(global_batch_size=16, micro_batch_size=2)),
+    ("PAR007", dict(global_batch_size=20, micro_batch_size=1, data_parallel_size=8),
+     dict(global_batch_size=24, micro_batch_size=1, data_parallel_size=8)),
+    ("PAR007", dict(global_batch_size=8, micro_batch_size=2, data_parallel_size=8),
+     dict(global_batch_size=16, micro_batch_size=2, data_parallel_size=8)),
+    ("PAR008", dict(context_parallel_size=2, seq_length=2050), dict(context_parallel_size=2, seq_length=2052)),
+    ("PAR008", dict(context_parallel_size=4, seq_length=2052), dict(context_parallel_size=1, seq_length=2051)),
+    # PAR009 EP>1 and TP>1 need sequence parallelism: each term
+    ("PAR009", dict(expert_model_parallel_size=2, tensor_model_parallel_size=2),
+     dict(expert_model_parallel_size=1, tensor_model_parallel_size=2)),
+    ("PAR009", dict(expert_model_parallel_size=2, tensor_model_parallel_size=2),
+     dict(expert_model_parallel_size=2, tensor_model_parallel_size=1)),
+    ("PAR009", dict(expert_model_parallel_size=2, tensor_model_parallel_size=2),
+     dict(expert_model_parallel_size=2, tensor_model_parallel_size=2, sequence_parallel=True)),
+    ("PAR010", dict(add_bias_linear=True, expert_tensor_parallel_size=2), dict(add_bias_linear=True, expert_tensor_parallel_size=1)),
+    ("PAR011", dict(num_moe_experts=8, expert_model_parallel_size=16, world_size=16),
+     dict(num_moe_experts=16, expert_model_parallel_size=16, world_size=16)),
+    ("PP001", dict(virtual_pipeline_model_parallel_size=2), dict(virtual_pipeline_model_parallel_size=None)),
+    ("PP002", dict(num_layers=9, pipeline_model_parallel_size=2), dict(num_layers=10, pipeline_model_parallel_size=2)),
+    ("PP002", dict(num_layers=12, pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=4,
+                   overlap_p2p_comm=True),
+     dict(num_layers=16, pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=4, overlap_p2p_comm=True)),
+    ("PP004", dict(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2),
+     dict(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2, overlap_p2p_comm=True)),
+    ("PP004", dict(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2),
+     dict(pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=2)),
+    # PP005 interleaving needs micro-batches >= PP: equal is legal
+    ("PP005", dict(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2, overlap_p2p_comm=True,
+                   data_parallel_size=4, global_batch_size=4),
+     dict(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2, overlap_p2p_comm=True,
+          data_parallel_size=4, global_batch_size=8)),
+    ("PP005", dict(pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=2, data_parallel_size=2,
+                   global_batch_size=6),
+     dict(pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=2, data_parallel_size=2,
+          global_batch_size=8)),
+    ("PP006", dict(pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=3, num_layers=11,
+                   pipeline_model_parallel_layout="Et|t|t|t|t|t|t|t|t|t|t|L"),
+     dict(pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=3, num_layers=12,
+          pipeline_model_parallel_layout="Et|t|t|t|t|t|t|t|t|t|t|tL")),
+    ("OVL001", dict(**OVERLAP, expert_model_parallel_size=1), dict(**OVERLAP, expert_model_parallel_size=2)),
+    ("OVL002", dict(**OVERLAP, moe_token_dispatcher_type="allgather"), dict(**OVERLAP, **FLEX_DEEPEP)),
+    ("OVL003", dict(**OVERLAP, bf16=False), dict(**OVERLAP, bf16=False, fp16=True)),
+    ("OVL004", dict(**OVERLAP, torch_version="2.5.1"), dict(**OVERLAP, torch_version="2.6.0")),
+    ("OVL005", dict(**OVERLAP, pipeline_model_parallel_size=2),
+     dict(**OVERLAP, pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2, overlap_p2p_comm=True)),
+    ("OVL006", dict(**OVERLAP, recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1),
+     dict(**OVERLAP, recompute_granularity="selective", recompute_modules=["core_attn"])),
+    ("OVL009", dict(**OVERLAP, recompute_granularity="selective", recompute_modules=["moe"]),
+     dict(**OVERLAP, recompute_granularity="selective", recompute_modules=["moe_act"])),
+    ("OVL010", dict(**OVERLAP, moe_shared_expert_overlap=True), dict(**OVERLAP)),
+    ("OVL011", dict(**OVERLAP, mtp_num_layers=2), dict(**OVERLAP, mtp_num_layers=1)),
+    ("OVL012", dict(**OVERLAP, cuda_graph_impl="transformer_engine", cuda_graph_modules=["moe"],
+                    moe_expert_capacity_factor=1.0),
+     dict(**OVERLAP, cuda_graph_impl="transformer_engine", cuda_graph_modules=["moe_router", "moe_preprocess"])),
+    ("OVL014", dict(**OVERLAP, global_batch_size=8), dict(**OVERLAP, global_batch_size=16)),
+    ("DW001", dict(delay_wgrad_compute=True), dict(delay_wgrad_compute=True, **OVERLAP)),
+    ("DW002", dict(delay_wgrad_compute=True, **OVERLAP, te_version=None), dict(delay_wgrad_compute=True, **OVERLAP)),
+    ("DW003", dict(delay_wgrad_compute=True, **OVERLAP, te_version="2.9.1", cuda_graph_impl="transformer_engine",
+                   cuda_graph_modules=["moe_router", "moe_preprocess"], overlap_grad_reduce=False),
+     dict(delay_wgrad_compute=True, **OVERLAP, te_version="2.10.0", cuda_graph_impl="transformer_engine",
+          cuda_graph_modules=["moe_router", "moe_preprocess"], overlap_grad_reduce=False)),
+    ("DW004", dict(delay_wgrad_compute=True, **OVERLAP, te_version="2.6.0"),
+     dict(delay_wgrad_compute=True, **OVERLAP, te_version="2.7.0")),
+    ("DSP001", dict(**FLEX_DEEPEP, gpu_flex_backends=["hybridep"]), dict(**FLEX_DEEPEP, gpu_flex_backends=["deepep"])),
+    # DSP003 DeepEP group sizes: 24 is in the list, 12 is not; a group of 1 is not DeepEP's business
+    ("DSP003", dict(**FLEX_DEEPEP, expert_model_parallel_size=12, world_size=24, nvlink_domain=72),
+     dict(**FLEX_DEEPEP, expert_model_parallel_size=24, world_size=24, nvlink_domain=72)),
+    ("DSP003", dict(**FLEX_DEEPEP, expert_model_parallel_size=3, world_size=24, nvlink_domain=72),
+     dict(**FLEX_DEEPEP, expert_model_parallel_size=2, world_size=24, nvlink_domain=72)),
+    ("DSP004", dict(**FLEX_DEEPEP, expert_model_parallel_size=1), dict(**FLEX_DEEPEP, expert_model_parallel_size=2)),
+    ("DSP005", dict(**FLEX_HYBRIDEP, expert_model_parallel_size=4), dict(**FLEX_HYBRIDEP, expert_model_parallel_size=8)),
+    ("DSP006", dict(**FLEX_DEEPEP, expert_model_parallel_size=16, world_size=16),
+     dict(**FLEX_DEEPEP, expert_model_parallel_size=8, world_size=16)),
+    ("DSP007", dict(moe_shared_expert_overlap=True, moe_shared_expert_intermediate_size=512,
+                    moe_token_dispatcher_type="allgather"),
+     dict(moe_shared_expert_overlap=True, moe_shared_expert_intermediate_size=512)),
+    # DSP008 SM count must be even: 26 is legal (not a multiple of 4), 25 is not
+    ("DSP008", dict(**FLEX_DEEPEP, moe_flex_dispatcher_num_sms=25), dict(**FLEX_DEEPEP, moe_flex_dispatcher_num_sms=26)),
+    ("DSP008", dict(**FLEX_DEEPEP, moe_flex_dispatcher_num_sms=25), dict(moe_flex_dispatcher_num_sms=25)),
+    ("DSP009", dict(**FLEX_HYBRIDEP, expert_model_parallel_size=8, fp8_dispatch=True),
+     dict(**FLEX_HYBRIDEP, expert_model_parallel_size=8)),
+    ("RC001", dict(recompute_granularity="selective", recompute_modules=["moe_act"], moe_grouped_gemm=False),
+     dict(recompute_granularity="selective", recompute_modules=["moe_act"], moe_grouped_gemm=True)),
+    ("RC002", dict(recompute_granularity="selective", recompute_modules=["mla_up_proj"]),
+     dict(recompute_granularity="selective", recompute_modules=["mla_up_proj"], multi_latent_attention=True)),
+    ("RC003", dict(recompute_granularity="full", recompute_method="uniform"),
+     dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)),
+    ("RC003", dict(recompute_granularity="full", recompute_num_layers=1),
+     dict(recompute_granularity="full", recompute_method="block", recompute_num_layers=1)),
+    # RC004 selective recompute takes neither a method nor a layer count: each clause
+    ("RC004", dict(recompute_granularity="selective", recompute_modules=["core_attn"], recompute_method="uniform"),
+     dict(recompute_granularity="selective", recompute_modules=["core_attn"])),
+    ("RC004", dict(recompute_granularity="selective", recompute_modules=["core_attn"], recompute_num_layers=1),
+     dict(recompute_granularity="selective", recompute_modules=["core_attn"])),
+    ("RC005", dict(recompute_granularity="selective", recompute_modules=["shared_experts"],
+                   moe_shared_expert_overlap=True, moe_shared_expert_intermediate_size=512),
+     dict(recompute_granularity="selective", recompute_modules=["shared_experts"],
+          moe_shared_expert_intermediate_size=512)),
+    ("RC006", dict(fp8="delayed", recompute_granularity="selective", recompute_modules=["layernorm"]),
+     dict(fp8="tensorwise", recompute_granularity="selective", recompute_modules=["layernorm"])),
+    ("RC007", dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=9),
+     dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=8)),
+    ("RC007", dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=0),
+     dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)),
+    ("RC008", dict(fp8="tensorwise", te_version="2.5.0", recompute_granularity="selective", recompute_modules=["moe_act"]),
+     dict(fp8="tensorwise", te_version="2.6.0", recompute_granularity="selective", recompute_modules=["moe_act"])),
+    ("CG001", dict(cuda_graph_impl="local"), dict(cuda_graph_impl="none")),
+    ("CG002", dict(cuda_graph_impl="full_iteration", cuda_graph_modules=["attn"]),
+     dict(cuda_graph_impl="full_iteration", cuda_graph_modules=None)),
+    ("CG003", dict(cuda_graph_impl="transformer_engine", cuda_graph_modules=["moe", "moe_router"],
+                   moe_expert_capacity_factor=1.0),
+     dict(cuda_graph_impl="transformer_engine", cuda_graph_modules=["moe"], moe_expert_capacity_factor=1.0)),
+    ("CG004", dict(cuda_graph_impl="transformer_engine", cuda_graph_modules=["moe_preprocess"]),
+     dict(cuda_graph_impl="transformer_engine", cuda_graph_modules=["moe_router", "moe_preprocess"])),
+    ("CG005", dict(cuda_graph_impl="transformer_engine", cuda_graph_modules=["mlp"]),
+     dict(cuda_graph_impl="transformer_engine", cuda_graph_modules=["mlp"], first_k_dense=1)),
+    ("CG006", dict(cuda_graph_impl="transformer_engine", cuda_graph_modules=["moe"]),
+     dict(cuda_graph_impl="transformer_engine", cuda_graph_modules=["moe"], moe_expert_capacity_factor=1.0)),
+    ("CG007", dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1,
+                   cuda_graph_impl="transformer_engine", cuda_graph_modules=["attn"]),
+     dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1,
+          cuda_graph_impl="full_iteration")),
+    ("CG008", dict(cuda_graph_impl="transformer_engine", cuda_graph_modules=["moe_router"],
+                   recompute_granularity="selective", recompute_modules=["moe"]),
+     dict(cuda_graph_impl="transformer_engine", cuda_graph_modules=["moe_router"],
+          recompute_granularity="selective", recompute_modules=["moe_act"])),
+    ("CG009", dict(cuda_graph_impl="transformer_engine", cuda_graph_modules=["attn"], te_version=None),
+     dict(cuda_graph_impl="transformer_engine", cuda_graph_modules=["attn"])),
+    # PREC001 FP8 and FP4 each need Transformer Engine
+    ("PREC001", dict(fp4="nvfp4", te_version=None, gpu_arch="blackwell"),
+     dict(fp4="nvfp4", te_version="2.12.0", gpu_arch="blackwell")),
+    ("PREC001", dict(fp8="tensorwise", te_version=None), dict(fp8="tensorwise")),
+    # PREC002 MXFP8 and FP4 need Blackwell: not Ampere, not Hopper
+    ("PREC002", dict(fp4="nvfp4", gpu_arch="ampere"), dict(fp4="nvfp4", gpu_arch="blackwell")),
+    ("PREC002", dict(fp4="nvfp4", gpu_arch="hopper"), dict(fp4="nvfp4", gpu_arch="blackwell")),
+    ("PREC002", dict(fp8="mxfp8", gpu_arch="hopper"), dict(fp8="tensorwise", gpu_arch="hopper")),
+    ("PREC003", dict(fp8="tensorwise", gpu_arch="ampere"), dict(fp8="tensorwise", gpu_arch="hopper")),
+    ("PREC004", dict(fp4="nvfp4", gpu_arch="blackwell", te_version="2.6.0"),
+     dict(fp4="nvfp4", gpu_arch="blackwell", te_version="2.7.0")),
+    ("MOE001", dict(moe_grouped_gemm=True, te_version=None), dict(moe_grouped_gemm=False, te_version=None)),
+    ("MOE002", dict(moe_router_force_load_balancing=True), dict(moe_router_force_load_balancing=False)),
+    ("ENV001", dict(**OVERLAP, env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
+     dict(**OVERLAP, env={"CUDA_DEVICE_MAX_CONNECTIONS": "32"})),
+    ("MEM001", dict(memory_estimate_gib=80.01), dict(memory_estimate_gib=80.0)),
+    ("VER001", dict(torch_version="2.5.9"), dict(torch_version="2.6.0")),
+    ("OVL007", dict(**OVERLAP, recompute_method="uniform"), dict(**OVERLAP)),
+    ("OVL008", dict(**OVERLAP, recompute_num_layers=1), dict(**OVERLAP)),
+    ("OVL013", dict(**OVERLAP, num_moe_experts=1, expert_model_parallel_size=1),
+     dict(**OVERLAP, num_moe_experts=2, expert_model_parallel_size=2)),
+    ("PP003", dict(pipeline_model_parallel_size=2, pipeline_model_parallel_layout="Ettt|ttttL"),
+     dict(pipeline_model_parallel_size=2, pipeline_model_parallel_layout="Etttt|ttttL")),
+    ("DSP002", dict(**FLEX_HYBRIDEP, expert_model_parallel_size=8, gpu_flex_backends=["deepep"]),
+     dict(**FLEX_HYBRIDEP, expert_model_parallel_size=8, gpu_flex_backends=["hybridep"])),
+    ("DW005", dict(delay_wgrad_compute=True, **OVERLAP, te_version="2.11.0", cuda_graph_impl="transformer_engine",
+                   cuda_graph_modules=["attn"]),
+     dict(delay_wgrad_compute=True, **OVERLAP, te_version="2.12.0", cuda_graph_impl="transformer_engine",
+          cuda_graph_modules=["attn"])),
+    ("DW006", dict(delay_wgrad_compute=True, **OVERLAP, cuda_graph_impl="transformer_engine",
+                   cuda_graph_modules=["attn"], add_bias_linear=True),
+     dict(delay_wgrad_compute=True, **OVERLAP, cuda_graph_impl="transformer_engine", cuda_graph_modules=["attn"])),
+    ("TOK001", dict(tokenizer_vocab_size=32001, vocab_size=32000), dict(tokenizer_vocab_size=32000, vocab_size=32000)),
+    ("TOK002", dict(data_type="gpt", tokenizer_type="NullTokenizer"),
+     dict(data_type="gpt", tokenizer_type="HuggingFaceTokenizer")),
+    ("DATA001", dict(eval_interval=10, split="100,0,0"), dict(eval_interval=10, split="99,1,0")),
+    ("CKPT001", dict(load="/ckpt"), dict(load="/ckpt", save="/ckpt")),
+    ("CKPT002", dict(async_save=True, save="/ckpt", ckpt_format="torch"),
+     dict(async_save=True, save="/ckpt", ckpt_format="torch_dist")),
+    ("CKPT003", dict(async_save=True), dict(async_save=True, save="/ckpt")),
+    ("CKPT004", dict(save="/ckpt", save_interval=101), dict(save="/ckpt", save_interval=100)),
+    ("CKPT005", dict(ckpt_format="fsdp_dtensor", save="/ckpt"), dict(ckpt_format="fsdp_dtensor")),
+    ("CKPT006", dict(ckpt_format="torch_dcp", save="/ckpt"), dict(ckpt_format="torch_dist", save="/ckpt")),
+    ("LOG001", dict(log_interval=101), dict(log_interval=100)),
+]
+
+
+@pytest.mark.parametrize("rule,fails,passes", BOUNDARIES,
+                         ids=[f"{r}-{'-'.join(f'{k}={v}' for k, v in f.items() if k not in OVERLAP)[:60]}"
+                              for r, f, _ in BOUNDARIES])
+def test_rule_boundary(base, rule, fails, passes):
+    assert broken(base, rule, **fails), f"{rule} should fire on {fails}"
+    assert not broken(base, rule, **passes), f"{rule} should be quiet on {passes}"
+
+
+def test_every_rule_has_a_boundary_case():
+    covered = {r for r, _, _ in BOUNDARIES}
+    assert sorted(set(by_id()) - covered) == []
+
+
+# --- sweeps: rules over several sizes, against the rule as the upstream source states it -------
+
+SIZES = (1, 2, 3, 4, 6, 8)
+
+
+@pytest.mark.parametrize("world", (1, 2, 4, 6, 8, 12, 16, 24))
+def test_model_and_expert_grids_divide_the_world(base, world):
+    for tp, pp, cp in itertools.product(SIZES, repeat=3):
+        expect = world % (tp * pp * cp) != 0  # Bridge set_data_parallel_size
+        assert CHECKS["PAR001"]({**base, "world_size": world, "tensor_model_parallel_size": tp,
+                                 "pipeline_model_parallel_size": pp, "context_parallel_size": cp}) == expect
+    for ep, etp, pp in itertools.product(SIZES, repeat=3):
+        expect = world % (etp * ep * pp) != 0  # parallel_state expert grid
+        assert CHECKS["PAR002"]({**base, "world_size": world, "expert_model_parallel_size": ep,
+                                 "expert_tensor_parallel_size": etp, "pipeline_model_parallel_size": pp}) == expect
+
+
+def test_batch_and_interleaving_sweep(base):
+    for gbs, mbs, dp, pp, vpp in itertools.product((1, 2, 3, 4, 6, 8, 12, 16), (1, 2, 3, 4), (1, 2, 4), (1, 2, 4),
+                                                   (None, 2)):
+        cfg = {**base, "global_batch_size": gbs, "micro_batch_size": mbs, "data_parallel_size": dp,
+               "pipeline_model_parallel_size": pp, "virtual_pipeline_model_parallel_size": vpp}
+        assert CHECKS["PAR007"](cfg) == (gbs % (mbs * dp) != 0)
+        microbatches = gbs // (mbs * dp)
+        assert CHECKS["PP005"](cfg) == (vpp is not None and pp > 1 and microbatches < pp)
+
+
+def test_deepep_group_sizes_sweep(base):
+    for ep, etp in itertools.product(range(1, 41), (1, 2, 3)):
+        group = ep * etp
+        cfg = {**base, **FLEX_DEEPEP, "expert_model_parallel_size": ep, "expert_tensor_parallel_size": etp}
+        assert CHECKS["DSP003"](cfg) == (group > 1 and group not in (2, 4, 8, 16, 24, 32, 64, 128, 144, 160)), group
+    assert DEEPEP_GROUP_SIZES == (2, 4, 8, 16, 24, 32, 64, 128, 144, 160)
+
+
+def test_sm_count_sweep(base):
+    for sms in range(0, 41):
+        assert CHECKS["DSP008"]({**base, **FLEX_DEEPEP, "moe_flex_dispatcher_num_sms": sms}) == (sms % 2 == 1)
+
+
+def test_tensor_expert_parallel_sweep(base):
+    for ep, tp, sp in itertools.product((1, 2, 4), (1, 2, 4), (False, True)):
+        cfg = {**base, "expert_model_parallel_size": ep, "tensor_model_parallel_size": tp, "sequence_parallel": sp}
+        assert CHECKS["PAR009"](cfg) == (ep > 1 and tp > 1 and not sp)
+
+
+# --- the engine: where a diagnostic points, and the values its message quotes ------------------
+
+def _with(plan, **decisions: Decision):
+    plan = dataclasses.replace(plan, settings={**plan.settings, **decisions})
+    return plan
+
+
+def test_diagnostic_points_at_the_users_pin_not_an_earlier_field():
+    """PAR001 reads TP first; TP came from the model line, CP was pinned: point at the CP pin."""
+    plan = _plan()
+    model_line, pin = Position("r.yaml", 4, 8), Position("r.yaml", 9, 20)
+    plan = _with(plan, tensor_model_parallel_size=Decision(2, "goal", "chosen", position=model_line),
+                 context_parallel_size=Decision(2, "user", "pinned", position=pin),
+                 world_size=Decision(2, "hardware", "gpus", position=Position("r.yaml", 5, 1)),
+                 pipeline_model_parallel_size=Decision(1, "goal", "chosen", position=model_line))
+    d = next(d for d in check(plan) if d.rule == "PAR001")
+    assert d.position == pin
+    assert d.message == "world size 2 is not divisible by TP*PP*CP = 2*1*2"
+
+
+def test_diagnostic_without_a_pin_points_at_the_first_positioned_field():
+    plan = _plan()
+    first = Position("r.yaml", 4, 8)
+    plan = _with(plan, tensor_model_parallel_size=Decision(2, "goal", "chosen", position=None),
+                 pipeline_model_parallel_size=Decision(1, "goal", "chosen", position=first),
+                 context_parallel_size=Decision(2, "goal", "chosen", position=Position("r.yaml", 6, 1)),
+                 world_size=Decision(2, "hardware", "gpus", position=None))
+    d = next(d for d in check(plan) if d.rule == "PAR001")
+    assert d.position == first
+
+
+def test_messages_quote_the_values():
+    plan = _plan()
+    values = {"expert_model_parallel_size": 4, "expert_tensor_parallel_size": 1, "pipeline_model_parallel_size": 1,
+              "world_size": 2, "moe_token_dispatcher_type": "alltoall", "moe_flex_dispatcher_backend": None}
+    plan = _with(plan, **{k: Decision(v, "user", "pinned", position=Position("r.yaml", 9, 1)) for k, v in values.items()})
+    msgs = {d.rule: d.message for d in check(plan)}
+    assert msgs["PAR002"].startswith("world size 2 is not divisible by ETP*EP*PP = 1*4*1")
+
+
+# --- pipeline layouts, clause by clause --------------------------------------------------------
+
+@pytest.mark.parametrize("layout,pp,vpp,layers,mtp,error", [
+    ("Et|tL", 2, 1, 2, 0, None),
+    ("Et|t|tL", 2, 1, 2, 0, "3 stages, but PP*VPP = 2*1 = 2"),
+    ("tE|tL", 2, 1, 2, 0, "the first stage must start with the single E"),
+    ("Et|EtL", 2, 1, 2, 0, "the first stage must start with the single E"),
+    ("EtL|t", 2, 1, 2, 0, "the last stage must end with the single L"),
+    ("EtL|tL", 2, 1, 2, 0, "the last stage must end with the single L"),
+    ("Et|tL", 2, 1, 3, 0, "2 decoder layers `t`, but the model has 3"),
+    ("Ett|tL", 2, 1, 3, 0, None),
+    ("Et|tmL", 2, 1, 2, 2, "1 MTP layers `m`, but the model has 2"),
+    ("Etm|tL", 2, 1, 2, 1, "MTP layers must sit in the last stage"),
+    ("Et|mtL", 2, 1, 2, 1, "MTP layers must come after every decoder layer"),
+    ("Et|tmL", 2, 1, 2, 1, None),
+    ("Et|(tt|)*30mL", 8, 4, 61, 1, None),
+    ("Et|(tt|)*30mL", 8, 4, 62, 1, "61 decoder layers `t`, but the model has 62"),
+    ("Et|t*3|L", 3, 1, 4, 0, None),
+    ("Et|tx|L", 3, 1, 2, 0, "unexpected characters in 'Et|tx|L'"),
+])
+def test_layout_validation(layout, pp, vpp, layers, mtp, error):
+    assert layout_error(layout, pp, vpp, layers, mtp) == error
+
+
+def test_layout_repeats_expand():
+    assert expand("E(t|)*2t*2L") == ["Et", "t", "ttL"]
+    assert expand("E, t | t L") == ["Et", "tL"]
+
+
+@pytest.mark.parametrize("pp,vpp,layers,mtp", [(8, 4, 61, 1), (4, 1, 30, 0), (2, 2, 7, 0), (4, 2, 27, 2), (16, 1, 14, 0)])
+def test_derived_layout_is_legal_and_balanced(pp, vpp, layers, mtp):
+    layout = derive(pp, vpp, layers, mtp)
+    assert layout_error(layout, pp, vpp, layers, mtp) is None
+    sizes = [len(s) for s in expand(layout)]
+    assert max(sizes) - min(sizes) <= 1 or min(sizes) == 0, (layout, sizes)
+
+
+def test_deepseek_v3_layout_on_pp8_vpp4():
+    assert derive(8, 4, 61, 1) == "Et|(tt|)*30mL"
