@@ -165,6 +165,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             "settings": {k: d.as_dict() for k, d in plan.settings.items()},
             "env": {k: d.as_dict() for k, d in plan.env.items()},
             "memory": plan.memory,
+            "estimate": plan.planner,
             "diagnostics": [d.as_dict() for d in r.diagnostics],
         }))
     else:
@@ -186,9 +187,28 @@ def cmd_explain(args: argparse.Namespace) -> int:
               f"{m.get('estimate_gib')} (weights+optimizer {m.get('weights_and_optimizer_gib')}, activations "
               f"{m.get('activations_gib')}, logits {m.get('logits_gib')}) + dispatcher buffers "
               f"{m.get('dispatcher_buffers_gib')} + NCCL/context")
+        _print_planner(plan.planner)
         if r.diagnostics:
             print(formats.text(r.diagnostics))
     return EXIT_FINDINGS if r.errors else EXIT_CLEAN
+
+
+def _print_planner(p: dict) -> None:
+    """The search's verdict: chosen plan, the shipped recipe it was compared with, the runners-up."""
+    if not p:
+        return
+    def row(s: dict) -> str:
+        return (f"{s['step_time_s']:.2f} s/step, {s['tflops_per_gpu']:.0f} TFLOPS/GPU, "
+                f"{s['tokens_per_s_per_gpu']:.0f} tok/s/GPU, {s['memory_gib']:.1f} GiB")
+    print(f"planner (goal {p['goal']}, {p['candidates_scored']} candidates scored):")
+    c = p["chosen"]
+    print(f"  chosen    {c['plan']}\n            {row(c)}" + (f"  [shipped recipe {c['anchor']}]" if c.get("anchor") else ""))
+    a = p.get("anchor")
+    if a and not c.get("anchor"):
+        state = "breaks " + ", ".join(a["broken"]) if a["broken"] else "does not fit" if not a["fits"] else "slower"
+        print(f"  shipped   {a['plan']}\n            {row(a)}  [{a['anchor']}: {state}]")
+    for s in p.get("runners_up", []) + p.get("excluded", []):
+        print(f"  lost      {s['plan']}\n            {row(s)}: {s['why_lost']}")
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

@@ -100,6 +100,7 @@ class Plan:
     hardware: dict[str, Any]
     intent: dict[str, Any]
     memory: dict[str, Any] = field(default_factory=dict)
+    planner: dict[str, Any] = field(default_factory=dict)
     diagnostics: list[Diagnostic] = field(default_factory=list)
 
     def __getitem__(self, key: str) -> Any:

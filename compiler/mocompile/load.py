@@ -122,14 +122,16 @@ def _merge(base: dict[str, Any], bpos: dict[Path, Position], child: dict[str, An
     out = dict(base)
     for key, value in child.items():
         sub = path + (key,)
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
+        merged = isinstance(value, dict) and isinstance(out.get(key), dict)
+        if merged:
             out[key] = _merge(out[key], bpos, value, cpos, sub)
         else:
             for p in [p for p in bpos if p[: len(sub)] == sub]:
                 del bpos[p]
             out[key] = value
         for p, pos in cpos.items():
-            if p[: len(sub)] == sub and (p == sub or p == sub + ("<key>",) or not isinstance(value, dict)):
+            # a replaced (or new) subtree keeps every child position; a merged one got them in the recursion
+            if p[: len(sub)] == sub and (p == sub or p == sub + ("<key>",) or not merged):
                 bpos[p] = pos
         if isinstance(value, dict):
             bpos[sub] = cpos.get(sub, bpos.get(sub, Position(CLI)))

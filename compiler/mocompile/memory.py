@@ -17,6 +17,15 @@ ROUTING_IMBALANCE = 1.2      # most-loaded expert rank vs the mean, natural rout
 WORKSPACE_GIB = 0.5          # NCCL buffers and CUDA context: outside PyTorch's allocator
 ATTN_SCORE_BYTES = 2.5       # unfused attention keeps the bf16 softmax output (+ dropout mask bits) per score
 OVERLAP_EXTRA = 0.15         # extra micro-batches alive under EP overlap without pipelining
+# Transformer Engine keeps fewer activation bytes than the local spec the constants above were fitted on
+# (fused attention, fused permute, TE cross-entropy): fitted on the one published TE peak with its
+# configuration, Qwen3-30B-A3B 16xH100 EP16 HybridEP + EP overlap, 62.2 GiB
+# (perf-recipes.md §5, skills/nemo-mbridge-perf-moe-comm-overlap/card.yaml).
+TE_ACTIVATION_FACTOR = 0.8
+# CUDA graphs keep their captured buffers: TE scoped graphs "a few GB"; full-iteration graphs can raise
+# peak memory 1.5-2x (Bridge skills/nemo-mbridge-perf-cuda-graphs, docs/training/cuda-graphs.md).
+TE_GRAPH_GIB = 3.0
+FULL_ITERATION_GRAPH_FACTOR = 0.5
 
 
 def _attention_params(m: dict[str, Any]) -> float:
@@ -124,8 +133,13 @@ def estimate(m: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
         domains = max(1, (ep * etp) // ranks)
         max_tokens = s * b * ranks * domains
         buffers = max_tokens * m["hidden_size"] * 2 + max_tokens * (m["num_moe_experts"] // ep) * 4
+    if c.get("transformer_impl") == "transformer_engine":
+        acts, logits = acts * TE_ACTIVATION_FACTOR, logits * TE_ACTIVATION_FACTOR
     allocated = weights + acts + logits
-    total = allocated + buffers + WORKSPACE_GIB * GIB
+    impl = c.get("cuda_graph_impl") or "none"
+    graphs = 0.0 if impl == "none" else FULL_ITERATION_GRAPH_FACTOR * acts if impl == "full_iteration" \
+        else TE_GRAPH_GIB * GIB
+    total = allocated + buffers + graphs + WORKSPACE_GIB * GIB
     return {
         # Peak of PyTorch's allocator (comparable to torch.cuda.max_memory_allocated).
         "estimate_gib": round(allocated / GIB, 2),
@@ -135,6 +149,7 @@ def estimate(m: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
         "activations_gib": round(acts / GIB, 2),
         "logits_gib": round(logits / GIB, 2),
         "dispatcher_buffers_gib": round(buffers / GIB, 2),
+        "graph_buffers_gib": round(graphs / GIB, 2),
         "params_per_gpu_m": round((dense + experts) / 1e6, 1),
         "in_flight_microbatches": round(in_flight, 2),
     }

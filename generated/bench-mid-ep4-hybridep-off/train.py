@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-mid-ep4-hybridep-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:6f53ff1ad5a9af4c input sha256:82201e51c15e294e
+# mocompile: checksum sha256:a0f7c365dfa74994 input sha256:82201e51c15e294e
 """bench-mid-ep4-hybridep-off: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -124,22 +124,22 @@ def build_config() -> ConfigContainer:
     model.seq_length = 2048  # training.seq_length
     model.tensor_model_parallel_size = 1  # user: pinned in the recipe
     model.pipeline_model_parallel_size = 1  # user: pinned in the recipe
-    model.virtual_pipeline_model_parallel_size = None  # derived: no pipeline parallelism
-    model.pipeline_model_parallel_layout = None  # derived: no pipeline parallelism
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.36 s/step; see tensor_model_parallel_size)
+    model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
     model.context_parallel_size = 1  # user: pinned in the recipe
     model.expert_model_parallel_size = 4  # user: pinned in the recipe
     model.expert_tensor_parallel_size = 1  # user: pinned in the recipe
-    model.sequence_parallel = False  # derived: TP is 1
-    model.moe_flex_dispatcher_num_sms = 32  # derived: hybridep default used by the shipped perf recipes; one SM knob, no deprecated aliases
-    model.moe_shared_expert_overlap = False  # derived: Bridge's apply_flex_dispatcher_backend turns it off for the flex dispatcher
+    model.sequence_parallel = False  # goal: part of the chosen plan (0.36 s/step; see tensor_model_parallel_size)
+    model.moe_flex_dispatcher_num_sms = 32  # derived: flex dispatcher SM budget used by the shipped perf recipes
+    model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = False  # derived: grouped GEMM experts need Transformer Engine
     model.recompute_granularity = None  # user: pinned in the recipe
-    model.recompute_method = None  # user: pinned in the recipe
-    model.recompute_num_layers = None  # user: pinned in the recipe
-    model.recompute_modules = None  # user: pinned in the recipe
-    model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack
-    model.cuda_graph_modules = []  # derived: no graphs
+    model.recompute_method = None  # goal: lightest recompute that fits: 44.2 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 44.2 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 44.2 GiB <= 74 GiB usable
+    model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack: no TE graphs
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.36 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (tiny-moe+custom)
     model.cuda_graph_scope = None  # deprecated alias of cuda_graph_modules; both set raises

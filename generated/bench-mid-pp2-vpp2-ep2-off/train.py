@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-mid-pp2-vpp2-ep2-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:1c3f14b23999e7fc input sha256:f62948ffabe4f378
+# mocompile: checksum sha256:ec083a656cdbf478 input sha256:f62948ffabe4f378
 """bench-mid-pp2-vpp2-ep2-off: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -124,23 +124,23 @@ def build_config() -> ConfigContainer:
     model.tensor_model_parallel_size = 1  # user: pinned in the recipe
     model.pipeline_model_parallel_size = 2  # user: pinned in the recipe
     model.virtual_pipeline_model_parallel_size = 2  # user: pinned in the recipe
-    model.pipeline_model_parallel_layout = None  # derived: 16 layers split evenly over PP*VPP
+    model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
     model.context_parallel_size = 1  # user: pinned in the recipe
     model.expert_model_parallel_size = 2  # user: pinned in the recipe
     model.expert_tensor_parallel_size = 1  # user: pinned in the recipe
-    model.sequence_parallel = False  # derived: TP is 1
+    model.sequence_parallel = False  # goal: part of the chosen plan (0.50 s/step; see tensor_model_parallel_size)
     model.moe_token_dispatcher_type = 'alltoall'  # user: pinned in the recipe
-    model.moe_flex_dispatcher_backend = None  # derived: no flex backend: set explicitly so Bridge's inert alltoall+deepep default cannot mislead
+    model.moe_flex_dispatcher_backend = None  # user: pinned in the recipe
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
-    model.moe_shared_expert_overlap = False  # model: no shared experts to overlap
+    model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = False  # derived: grouped GEMM experts need Transformer Engine
     model.recompute_granularity = None  # user: pinned in the recipe
-    model.recompute_method = None  # user: pinned in the recipe
-    model.recompute_num_layers = None  # user: pinned in the recipe
-    model.recompute_modules = None  # user: pinned in the recipe
-    model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack
-    model.cuda_graph_modules = []  # derived: no graphs
+    model.recompute_method = None  # goal: lightest recompute that fits: 45.6 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 45.6 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 45.6 GiB <= 74 GiB usable
+    model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack: no TE graphs
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.50 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (tiny-moe+custom)
     model.cuda_graph_scope = None  # deprecated alias of cuda_graph_modules; both set raises

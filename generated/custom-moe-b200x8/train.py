@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/custom-moe-b200x8.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:b2580fe1ccc8b4cb input sha256:6341e99c59d6e90e
+# mocompile: checksum sha256:c7e6212ef7175045 input sha256:6341e99c59d6e90e
 """custom-moe-b200x8: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 research-moe-12b on 8x NVIDIA B200 (HGX/DGX B200), goal throughput.
@@ -111,24 +111,24 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 4096  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: smallest model parallelism whose estimate (40.3 GiB) fits 180 GiB; EP preferred over TP, EP inside the NVLink domain where possible, PP only when needed
-    model.pipeline_model_parallel_size = 1  # goal: smallest model parallelism whose estimate (40.3 GiB) fits 180 GiB; EP preferred over TP, EP inside the NVLink domain where possible, PP only when needed
-    model.virtual_pipeline_model_parallel_size = None  # derived: no pipeline parallelism
-    model.pipeline_model_parallel_layout = None  # derived: no pipeline parallelism
-    model.context_parallel_size = 1  # default: no context parallelism
-    model.expert_model_parallel_size = 8  # goal: smallest model parallelism whose estimate (40.3 GiB) fits 180 GiB; EP preferred over TP, EP inside the NVLink domain where possible, PP only when needed
-    model.expert_tensor_parallel_size = 1  # default: ETP 1: experts split by EP, not TP (Bridge's default with EP > 1)
-    model.sequence_parallel = False  # derived: TP is 1
-    model.moe_flex_dispatcher_num_sms = 20  # derived: deepep default used by the shipped perf recipes; one SM knob, no deprecated aliases
-    model.moe_shared_expert_overlap = False  # derived: off under EP overlap (the two cannot run together); set explicitly because some providers default it on [OVL010]
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 3.42 s/step, 443 TFLOPS/GPU, 43.9 GiB (of 346 candidates scored)
+    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (3.42 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (3.42 s/step; see tensor_model_parallel_size)
+    model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (3.42 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 8  # goal: part of the chosen plan (3.42 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (3.42 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (3.42 s/step; see tensor_model_parallel_size)
+    model.moe_flex_dispatcher_num_sms = 20  # derived: flex dispatcher SM budget used by the shipped perf recipes
+    model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = None  # goal: lightest recompute that fits: estimate 45.6 GiB <= 166 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: estimate 45.6 GiB <= 166 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: estimate 45.6 GiB <= 166 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: estimate 45.6 GiB <= 166 GiB usable
-    model.cuda_graph_impl = 'transformer_engine'  # goal: throughput: TE graphs over the router and preprocessing cut host overhead (legal with EP overlap)
-    model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: dropless MoE: moe_router + moe_preprocess (never moe/mlp under overlap)
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 43.9 GiB <= 166 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 43.9 GiB <= 166 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 43.9 GiB <= 166 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 43.9 GiB <= 166 GiB usable
+    model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (3.42 s/step; see tensor_model_parallel_size); no graphs: +2.11 s
+    model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: part of the chosen plan (3.42 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker
     model.mtp_num_layers = None  # model: model catalogue (custom)
     model.cuda_graph_scope = None  # deprecated alias of cuda_graph_modules; both set raises
@@ -139,11 +139,11 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     # Bridge's own helper sets the flex dispatcher and clears shared-expert overlap.
-    apply_flex_dispatcher_backend(model, 'deepep')  # hardware: throughput on b200: deepep is the preferred backend for this GPU
+    apply_flex_dispatcher_backend(model, 'deepep')  # goal: part of the chosen plan (3.42 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall +0.17 s; hybridep +0.00 s
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=True,  # goal: throughput: hide the EP all-to-all (ETP*EP = 8) behind compute
-        delay_wgrad_compute=False,  # goal: off unless asked: isolate plain overlap first
+        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (3.42 s/step; see tensor_model_parallel_size); overlap on: +0.21 s
+        delay_wgrad_compute=False,  # goal: part of the chosen plan (3.42 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=False,  # derived: no interleaved pipeline
         batch_p2p_comm=False,  # derived: not needed
         overlap_grad_reduce=True,  # derived: overlap the DP gradient reduce-scatter

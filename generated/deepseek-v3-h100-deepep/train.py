@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-h100-deepep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:e056d047f13806f0 input sha256:6fa67c8f10564798
+# mocompile: checksum sha256:752a9d5b2fb0230d input sha256:6fa67c8f10564798
 """deepseek-v3-h100-deepep: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 DeepSeek-V3 (671B-A37B) on 1024x NVIDIA H100 80GB HBM3, goal throughput.
@@ -34,10 +34,10 @@ from megatron.bridge.training.flex_dispatcher_backend import apply_flex_dispatch
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
-PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 2, 'pipeline_model_parallel_size': 8, 'virtual_pipeline_model_parallel_size': 4, 'pipeline_model_parallel_layout': 'Et|(tt|)*30mL', 'context_parallel_size': 1, 'expert_model_parallel_size': 64, 'expert_tensor_parallel_size': 1, 'sequence_parallel': True, 'moe_flex_dispatcher_num_sms': 20, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': 'selective', 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': ['mla_up_proj', 'layernorm', 'moe_act'], 'cuda_graph_impl': 'transformer_engine', 'cuda_graph_modules': ['moe_router', 'moe_preprocess'], 'use_te_rng_tracker': True, 'mtp_num_layers': 1, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'deepep'}
+PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 2, 'pipeline_model_parallel_size': 8, 'virtual_pipeline_model_parallel_size': 4, 'pipeline_model_parallel_layout': 'Et|(tt|)*30mL', 'context_parallel_size': 1, 'expert_model_parallel_size': 64, 'expert_tensor_parallel_size': 1, 'sequence_parallel': True, 'moe_flex_dispatcher_num_sms': 20, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': 'selective', 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': ['mla_up_proj', 'layernorm', 'moe_act'], 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': 1, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'deepep'}
 
 # The launch environment this plan was compiled for (launchers export the same block).
-ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_GRAPH_REGISTER': '0', 'NCCL_NVLS_ENABLE': '0', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'}
+ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_NVLS_ENABLE': '0', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'}
 
 
 def build_config() -> ConfigContainer:
@@ -80,22 +80,22 @@ def build_config() -> ConfigContainer:
     model.tensor_model_parallel_size = 2  # user: pinned in the recipe
     model.pipeline_model_parallel_size = 8  # user: pinned in the recipe
     model.virtual_pipeline_model_parallel_size = 4  # user: pinned in the recipe
-    model.pipeline_model_parallel_layout = 'Et|(tt|)*30mL'  # derived: 61 layers + 1 MTP do not split evenly over PP*VPP=32: balanced layout, embedding and loss counted as a layer each [PP002, PP003]
-    model.context_parallel_size = 1  # default: no context parallelism
+    model.pipeline_model_parallel_layout = 'Et|(tt|)*30mL'  # derived: balanced layout: embedding and loss counted as a layer each [PP002, PP003]
+    model.context_parallel_size = 1  # goal: part of the chosen plan (37.07 s/step; see tensor_model_parallel_size)
     model.expert_model_parallel_size = 64  # user: pinned in the recipe
     model.expert_tensor_parallel_size = 1  # user: pinned in the recipe
-    model.sequence_parallel = True  # derived: sequence parallelism with TP > 1 (needed for EP with TP)
-    model.moe_flex_dispatcher_num_sms = 20  # derived: deepep default used by the shipped perf recipes; one SM knob, no deprecated aliases
-    model.moe_shared_expert_overlap = False  # derived: off under EP overlap (the two cannot run together); set explicitly because some providers default it on [OVL010]
+    model.sequence_parallel = True  # goal: part of the chosen plan (37.07 s/step; see tensor_model_parallel_size)
+    model.moe_flex_dispatcher_num_sms = 20  # derived: flex dispatcher SM budget used by the shipped perf recipes
+    model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default [OVL010]
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
     model.recompute_granularity = 'selective'  # user: pinned in the recipe
-    model.recompute_method = None  # user: pinned in the recipe
-    model.recompute_num_layers = None  # user: pinned in the recipe
+    model.recompute_method = None  # goal: lightest recompute that fits: 63.6 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 63.6 GiB <= 74 GiB usable
     model.recompute_modules = ['mla_up_proj', 'layernorm', 'moe_act']  # user: pinned in the recipe
-    model.cuda_graph_impl = 'transformer_engine'  # goal: throughput: TE graphs over the router and preprocessing cut host overhead (legal with EP overlap)
-    model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: dropless MoE: moe_router + moe_preprocess (never moe/mlp under overlap)
-    model.use_te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker
+    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (37.07 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (37.07 s/step; see tensor_model_parallel_size)
+    model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = 1  # model: model catalogue (deepseek-v3)
     model.cuda_graph_scope = None  # deprecated alias of cuda_graph_modules; both set raises
     model.moe_deepep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms (S-4)
@@ -109,7 +109,7 @@ def build_config() -> ConfigContainer:
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
         overlap_moe_expert_parallel_comm=True,  # user: pinned in the recipe
-        delay_wgrad_compute=False,  # goal: off unless asked: isolate plain overlap first
+        delay_wgrad_compute=False,  # goal: part of the chosen plan (37.07 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=True,  # derived: interleaved pipeline: overlap p2p (Bridge's derivation)
         batch_p2p_comm=False,  # derived: not needed
         overlap_grad_reduce=True,  # derived: overlap the DP gradient reduce-scatter
@@ -123,7 +123,7 @@ def build_config() -> ConfigContainer:
         overlap_param_gather=True,
     )
     cfg.validation = ValidationConfig(eval_iters=0, eval_interval=None)  # mock data: no evaluation
-    cfg.rng = RNGConfig(seed=1234, te_rng_tracker=True)
+    cfg.rng = RNGConfig(seed=1234, te_rng_tracker=False)
     cfg.mixed_precision = 'bf16_mixed'
     cfg.env_vars = dict(ENV_VARS)
     check_plan(cfg)

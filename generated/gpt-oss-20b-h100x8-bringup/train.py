@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/gpt-oss-20b-h100x8-bringup.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:572cb596d72ef0d8 input sha256:230b3302bd208356
+# mocompile: checksum sha256:9a76af6c593b3cfe input sha256:230b3302bd208356
 """gpt-oss-20b-h100x8-bringup: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 GPT-OSS-20B on 8x NVIDIA H100 80GB HBM3, goal bring-up.
@@ -33,7 +33,7 @@ from megatron.bridge.training.config import (
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
-PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 8, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_token_dispatcher_type': 'alltoall', 'moe_flex_dispatcher_backend': None, 'moe_flex_dispatcher_num_sms': None, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': 'selective', 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': ['layernorm'], 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None}
+PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 8, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_token_dispatcher_type': 'alltoall', 'moe_flex_dispatcher_backend': None, 'moe_flex_dispatcher_num_sms': None, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None}
 
 # The launch environment this plan was compiled for (launchers export the same block).
 ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '8', 'NCCL_NVLS_ENABLE': '0', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'}
@@ -76,26 +76,26 @@ def build_config() -> ConfigContainer:
     cfg.tokenizer, cfg.logger, cfg.checkpoint = tokenizer, logger, checkpoint
     model = cfg.model
     model.seq_length = 4096  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: smallest model parallelism whose estimate (60.4 GiB) fits 80 GiB; EP preferred over TP, EP inside the NVLink domain where possible, PP only when needed
-    model.pipeline_model_parallel_size = 1  # goal: smallest model parallelism whose estimate (60.4 GiB) fits 80 GiB; EP preferred over TP, EP inside the NVLink domain where possible, PP only when needed
-    model.virtual_pipeline_model_parallel_size = None  # derived: no pipeline parallelism
-    model.pipeline_model_parallel_layout = None  # derived: no pipeline parallelism
-    model.context_parallel_size = 1  # default: no context parallelism
-    model.expert_model_parallel_size = 8  # goal: smallest model parallelism whose estimate (60.4 GiB) fits 80 GiB; EP preferred over TP, EP inside the NVLink domain where possible, PP only when needed
-    model.expert_tensor_parallel_size = 1  # default: ETP 1: experts split by EP, not TP (Bridge's default with EP > 1)
-    model.sequence_parallel = False  # derived: TP is 1
-    model.moe_token_dispatcher_type = 'alltoall'  # goal: bring-up: alltoall is always legal and needs no DeepEP build
-    model.moe_flex_dispatcher_backend = None  # derived: no flex backend: set explicitly so Bridge's inert alltoall+deepep default cannot mislead
+    model.tensor_model_parallel_size = 1  # goal: simplest legal plan (alltoall, no overlap, no graphs, least model parallelism): 3.09 s/step, 256 TFLOPS/GPU, 69.8 GiB (of 41 candidates scored)
+    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (3.09 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (3.09 s/step; see tensor_model_parallel_size)
+    model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (3.09 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 8  # goal: part of the chosen plan (3.09 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (3.09 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (3.09 s/step; see tensor_model_parallel_size)
+    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (3.09 s/step; see tensor_model_parallel_size)
+    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (3.09 s/step; see tensor_model_parallel_size)
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
-    model.moe_shared_expert_overlap = False  # model: no shared experts to overlap
+    model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = 'selective'  # goal: lightest recompute that fits: estimate 73.0 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: estimate 73.0 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: estimate 73.0 GiB <= 74 GiB usable
-    model.recompute_modules = ['layernorm']  # goal: lightest recompute that fits: estimate 73.0 GiB <= 74 GiB usable
-    model.cuda_graph_impl = 'none'  # goal: goal bring-up: no graphs
-    model.cuda_graph_modules = []  # derived: no graphs
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 69.8 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 69.8 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 69.8 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 69.8 GiB <= 74 GiB usable
+    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (3.09 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (3.09 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (gpt-oss-20b)
     model.cuda_graph_scope = None  # deprecated alias of cuda_graph_modules; both set raises
@@ -107,8 +107,8 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=False,  # goal: bring-up: no overlap until the plain run is correct
-        delay_wgrad_compute=False,  # goal: off unless asked: isolate plain overlap first
+        overlap_moe_expert_parallel_comm=False,  # goal: goal bring-up: no EP overlap (it keeps one more micro-batch of activations alive)
+        delay_wgrad_compute=False,  # goal: part of the chosen plan (3.09 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=False,  # derived: no interleaved pipeline
         batch_p2p_comm=False,  # derived: not needed
         overlap_grad_reduce=True,  # derived: overlap the DP gradient reduce-scatter

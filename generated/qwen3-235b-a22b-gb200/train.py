@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-235b-a22b-gb200.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:ba1b6d3e4ef4369e input sha256:c862d18dba0b3c94
+# mocompile: checksum sha256:e8a003f2f1c36dbe input sha256:c862d18dba0b3c94
 """qwen3-235b-a22b-gb200: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-235B-A22B on 128x NVIDIA GB200 NVL72, goal throughput.
@@ -30,14 +30,13 @@ from megatron.bridge.training.config import (
     TrainingConfig,
     ValidationConfig,
 )
-from megatron.bridge.training.flex_dispatcher_backend import apply_flex_dispatcher_backend
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
-PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 64, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_flex_dispatcher_num_sms': 32, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': 'selective', 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': ['layernorm', 'moe_act', 'core_attn'], 'cuda_graph_impl': 'transformer_engine', 'cuda_graph_modules': ['moe_router', 'moe_preprocess'], 'use_te_rng_tracker': True, 'mtp_num_layers': None, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'hybridep'}
+PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 2, 'virtual_pipeline_model_parallel_size': 6, 'pipeline_model_parallel_layout': 'Ettttttt|(tttttttt|)*10tttttttL', 'context_parallel_size': 1, 'expert_model_parallel_size': 64, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_token_dispatcher_type': 'alltoall', 'moe_flex_dispatcher_backend': None, 'moe_flex_dispatcher_num_sms': None, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'transformer_engine', 'cuda_graph_modules': ['moe_router', 'moe_preprocess'], 'use_te_rng_tracker': True, 'mtp_num_layers': None, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None}
 
 # The launch environment this plan was compiled for (launchers export the same block).
-ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_GRAPH_REGISTER': '0', 'NCCL_NVLS_ENABLE': '0', 'NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN': '64', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True', 'USE_MNNVL': '1'}
+ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_GRAPH_REGISTER': '0', 'NCCL_NVLS_ENABLE': '0', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'}
 
 
 def build_config() -> ConfigContainer:
@@ -77,24 +76,26 @@ def build_config() -> ConfigContainer:
     cfg.tokenizer, cfg.logger, cfg.checkpoint = tokenizer, logger, checkpoint
     model = cfg.model
     model.seq_length = 4096  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: smallest model parallelism whose estimate (154.4 GiB) fits 186 GiB; EP preferred over TP, EP inside the NVLink domain where possible, PP only when needed
-    model.pipeline_model_parallel_size = 1  # goal: smallest model parallelism whose estimate (154.4 GiB) fits 186 GiB; EP preferred over TP, EP inside the NVLink domain where possible, PP only when needed
-    model.virtual_pipeline_model_parallel_size = None  # derived: no pipeline parallelism
-    model.pipeline_model_parallel_layout = None  # derived: no pipeline parallelism
-    model.context_parallel_size = 1  # default: no context parallelism
-    model.expert_model_parallel_size = 64  # goal: smallest model parallelism whose estimate (154.4 GiB) fits 186 GiB; EP preferred over TP, EP inside the NVLink domain where possible, PP only when needed
-    model.expert_tensor_parallel_size = 1  # default: ETP 1: experts split by EP, not TP (Bridge's default with EP > 1)
-    model.sequence_parallel = False  # derived: TP is 1
-    model.moe_flex_dispatcher_num_sms = 32  # derived: hybridep default used by the shipped perf recipes; one SM knob, no deprecated aliases
-    model.moe_shared_expert_overlap = False  # derived: off under EP overlap (the two cannot run together); set explicitly because some providers default it on [OVL010]
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 14.44 s/step, 673 TFLOPS/GPU, 137.8 GiB (of 795 candidates scored); predicted 3.91 s/step faster than the shipped qwen3_235b_a22b_pretrain_64gpu_gb200_bf16_config (18.35 s, slower)
+    model.pipeline_model_parallel_size = 2  # goal: part of the chosen plan (14.44 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = 6  # goal: part of the chosen plan (14.44 s/step; see tensor_model_parallel_size)
+    model.pipeline_model_parallel_layout = 'Ettttttt|(tttttttt|)*10tttttttL'  # derived: balanced layout: embedding and loss counted as a layer each [PP002, PP003]
+    model.context_parallel_size = 1  # goal: part of the chosen plan (14.44 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 64  # goal: part of the chosen plan (14.44 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (14.44 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (14.44 s/step; see tensor_model_parallel_size)
+    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (14.44 s/step; see tensor_model_parallel_size); alternatives on this layout: hybridep +0.10 s
+    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (14.44 s/step; see tensor_model_parallel_size); alternatives on this layout: hybridep +0.10 s
+    model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
+    model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default [OVL010]
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = 'selective'  # goal: lightest recompute that fits: estimate 166.1 GiB <= 171 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: estimate 166.1 GiB <= 171 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: estimate 166.1 GiB <= 171 GiB usable
-    model.recompute_modules = ['layernorm', 'moe_act', 'core_attn']  # goal: lightest recompute that fits: estimate 166.1 GiB <= 171 GiB usable
-    model.cuda_graph_impl = 'transformer_engine'  # goal: throughput: TE graphs over the router and preprocessing cut host overhead (legal with EP overlap)
-    model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: dropless MoE: moe_router + moe_preprocess (never moe/mlp under overlap)
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 137.8 GiB <= 171 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 137.8 GiB <= 171 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 137.8 GiB <= 171 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 137.8 GiB <= 171 GiB usable
+    model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (14.44 s/step; see tensor_model_parallel_size); no graphs: +1.74 s
+    model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: part of the chosen plan (14.44 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker
     model.mtp_num_layers = None  # model: model catalogue (qwen3-235b-a22b)
     model.cuda_graph_scope = None  # deprecated alias of cuda_graph_modules; both set raises
@@ -104,13 +105,11 @@ def build_config() -> ConfigContainer:
     model.account_for_loss_in_pipeline_split = False  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
-    # Bridge's own helper sets the flex dispatcher and clears shared-expert overlap.
-    apply_flex_dispatcher_backend(model, 'hybridep')  # hardware: throughput on gb200: hybridep is the preferred backend for this GPU
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=True,  # goal: throughput: hide the EP all-to-all (ETP*EP = 64) behind compute
-        delay_wgrad_compute=False,  # goal: off unless asked: isolate plain overlap first
-        overlap_p2p_comm=False,  # derived: no interleaved pipeline
+        overlap_moe_expert_parallel_comm=True,  # goal: part of the chosen plan (14.44 s/step; see tensor_model_parallel_size); overlap off: +1.66 s
+        delay_wgrad_compute=True,  # goal: part of the chosen plan (14.44 s/step; see tensor_model_parallel_size)
+        overlap_p2p_comm=True,  # derived: interleaved pipeline: overlap p2p (Bridge's derivation)
         batch_p2p_comm=False,  # derived: not needed
         overlap_grad_reduce=True,  # derived: overlap the DP gradient reduce-scatter
         overlap_param_gather=True,  # derived: follows overlap_grad_reduce

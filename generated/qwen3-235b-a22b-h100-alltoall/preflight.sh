@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-235b-a22b-h100-alltoall.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:ff414270c8d61b4b input sha256:1e05ab9d46adf773
+# mocompile: checksum sha256:e106236b3a0e2b14 input sha256:1e05ab9d46adf773
 # qwen3-235b-a22b-h100-alltoall: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
@@ -22,7 +22,7 @@ import sys
 
 REQUIRED_ENV = {'CUDA_DEVICE_MAX_CONNECTIONS': '32'}
 TORCH_MIN = '2.6.0'
-TE_MIN = '1.7.0'
+TE_MIN = '2.7.0'
 DISPATCH_IMPORT = None
 NEEDS_NVCC = False
 

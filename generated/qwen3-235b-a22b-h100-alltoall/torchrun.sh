@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-235b-a22b-h100-alltoall.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:c26fbba8e9a4a3ba input sha256:1e05ab9d46adf773
+# mocompile: checksum sha256:171b0ff5502afc2b input sha256:1e05ab9d46adf773
 # qwen3-235b-a22b-h100-alltoall: torchrun launcher for 256 GPUs (32 node(s) x 8).
 # Run it on every node. Multi-node: set NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT.
 # MOCOMPILE_DRY_RUN=1 runs the preflight, prints the command and environment, and exits 0.
@@ -17,7 +17,6 @@ MASTER_PORT="${MASTER_PORT:-29500}"
 
 # Environment (the same block in every launcher; reasons in mocompile.lock.json).
 export CUDA_DEVICE_MAX_CONNECTIONS=32
-export NCCL_GRAPH_REGISTER=0
 export NCCL_NVLS_ENABLE=0
 export PYTHONUNBUFFERED=1
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
@@ -31,7 +30,6 @@ if [[ "${MOCOMPILE_DRY_RUN:-0}" == "1" ]]; then
   PYTHON="$PYTHON" bash "$HERE/preflight.sh" || echo "dry run: preflight failed (see above); a real launch would stop here" >&2
   echo "environment:"
   echo "  CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS}"
-  echo "  NCCL_GRAPH_REGISTER=${NCCL_GRAPH_REGISTER}"
   echo "  NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE}"
   echo "  PYTHONUNBUFFERED=${PYTHONUNBUFFERED}"
   echo "  PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF}"

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-235b-a22b-h100-alltoall.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:8ebe827b06521f2a input sha256:1e05ab9d46adf773
+# mocompile: checksum sha256:c68c9ff13edebc93 input sha256:1e05ab9d46adf773
 """qwen3-235b-a22b-h100-alltoall: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-235B-A22B on 256x NVIDIA H100 80GB HBM3, goal throughput.
@@ -33,10 +33,10 @@ from megatron.bridge.training.config import (
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
-PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 2, 'pipeline_model_parallel_size': 8, 'virtual_pipeline_model_parallel_size': 4, 'pipeline_model_parallel_layout': 'Ett|(ttt|)*30ttL', 'context_parallel_size': 1, 'expert_model_parallel_size': 32, 'expert_tensor_parallel_size': 1, 'sequence_parallel': True, 'moe_token_dispatcher_type': 'alltoall', 'moe_flex_dispatcher_backend': None, 'moe_flex_dispatcher_num_sms': None, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': 'selective', 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': ['layernorm'], 'cuda_graph_impl': 'transformer_engine', 'cuda_graph_modules': ['moe_router', 'moe_preprocess'], 'use_te_rng_tracker': True, 'mtp_num_layers': None, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None}
+PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 2, 'pipeline_model_parallel_size': 8, 'virtual_pipeline_model_parallel_size': 4, 'pipeline_model_parallel_layout': 'Ett|(ttt|)*30ttL', 'context_parallel_size': 1, 'expert_model_parallel_size': 32, 'expert_tensor_parallel_size': 1, 'sequence_parallel': True, 'moe_token_dispatcher_type': 'alltoall', 'moe_flex_dispatcher_backend': None, 'moe_flex_dispatcher_num_sms': None, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None}
 
 # The launch environment this plan was compiled for (launchers export the same block).
-ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_GRAPH_REGISTER': '0', 'NCCL_NVLS_ENABLE': '0', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'}
+ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_NVLS_ENABLE': '0', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'}
 
 
 def build_config() -> ConfigContainer:
@@ -79,24 +79,24 @@ def build_config() -> ConfigContainer:
     model.tensor_model_parallel_size = 2  # user: pinned in the recipe
     model.pipeline_model_parallel_size = 8  # user: pinned in the recipe
     model.virtual_pipeline_model_parallel_size = 4  # user: pinned in the recipe
-    model.pipeline_model_parallel_layout = 'Ett|(ttt|)*30ttL'  # derived: 94 layers do not split evenly over PP*VPP=32: balanced layout, embedding and loss counted as a layer each [PP002, PP003]
-    model.context_parallel_size = 1  # default: no context parallelism
+    model.pipeline_model_parallel_layout = 'Ett|(ttt|)*30ttL'  # derived: balanced layout: embedding and loss counted as a layer each [PP002, PP003]
+    model.context_parallel_size = 1  # goal: part of the chosen plan (24.85 s/step; see tensor_model_parallel_size)
     model.expert_model_parallel_size = 32  # user: pinned in the recipe
     model.expert_tensor_parallel_size = 1  # user: pinned in the recipe
-    model.sequence_parallel = True  # derived: sequence parallelism with TP > 1 (needed for EP with TP)
+    model.sequence_parallel = True  # goal: part of the chosen plan (24.85 s/step; see tensor_model_parallel_size)
     model.moe_token_dispatcher_type = 'alltoall'  # user: pinned in the recipe
-    model.moe_flex_dispatcher_backend = None  # derived: no flex backend: set explicitly so Bridge's inert alltoall+deepep default cannot mislead
+    model.moe_flex_dispatcher_backend = None  # user: pinned in the recipe
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
-    model.moe_shared_expert_overlap = False  # derived: off under EP overlap (the two cannot run together); set explicitly because some providers default it on [OVL010]
+    model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default [OVL010]
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = 'selective'  # goal: lightest recompute that fits: estimate 72.4 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: estimate 72.4 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: estimate 72.4 GiB <= 74 GiB usable
-    model.recompute_modules = ['layernorm']  # goal: lightest recompute that fits: estimate 72.4 GiB <= 74 GiB usable
-    model.cuda_graph_impl = 'transformer_engine'  # goal: throughput: TE graphs over the router and preprocessing cut host overhead (legal with EP overlap)
-    model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: dropless MoE: moe_router + moe_preprocess (never moe/mlp under overlap)
-    model.use_te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 65.0 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 65.0 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 65.0 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 65.0 GiB <= 74 GiB usable
+    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (24.85 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (24.85 s/step; see tensor_model_parallel_size)
+    model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (qwen3-235b-a22b)
     model.cuda_graph_scope = None  # deprecated alias of cuda_graph_modules; both set raises
     model.moe_deepep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms (S-4)
@@ -108,7 +108,7 @@ def build_config() -> ConfigContainer:
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
         overlap_moe_expert_parallel_comm=True,  # user: pinned in the recipe
-        delay_wgrad_compute=False,  # goal: off unless asked: isolate plain overlap first
+        delay_wgrad_compute=True,  # goal: part of the chosen plan (24.85 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=True,  # derived: interleaved pipeline: overlap p2p (Bridge's derivation)
         batch_p2p_comm=False,  # derived: not needed
         overlap_grad_reduce=True,  # derived: overlap the DP gradient reduce-scatter
@@ -122,7 +122,7 @@ def build_config() -> ConfigContainer:
         overlap_param_gather=True,
     )
     cfg.validation = ValidationConfig(eval_iters=0, eval_interval=None)  # mock data: no evaluation
-    cfg.rng = RNGConfig(seed=1234, te_rng_tracker=True)
+    cfg.rng = RNGConfig(seed=1234, te_rng_tracker=False)
     cfg.mixed_precision = 'bf16_mixed'
     cfg.env_vars = dict(ENV_VARS)
     check_plan(cfg)

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-30b-a3b-h100x8-fit.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:55ac8d9462b55d10 input sha256:9f88ae4b995acb74
+# mocompile: checksum sha256:c5d71923b27cf094 input sha256:9f88ae4b995acb74
 """qwen3-30b-a3b-h100x8-fit: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-30B-A3B on 8x NVIDIA H100 80GB HBM3, goal fit.
@@ -30,13 +30,14 @@ from megatron.bridge.training.config import (
     TrainingConfig,
     ValidationConfig,
 )
+from megatron.bridge.training.flex_dispatcher_backend import apply_flex_dispatcher_backend
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
-PLANNED = {'seq_length': 8192, 'tensor_model_parallel_size': 4, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 8, 'expert_tensor_parallel_size': 1, 'sequence_parallel': True, 'moe_token_dispatcher_type': 'alltoall', 'moe_flex_dispatcher_backend': None, 'moe_flex_dispatcher_num_sms': None, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': 'selective', 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': ['layernorm', 'moe', 'core_attn'], 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None}
+PLANNED = {'seq_length': 8192, 'tensor_model_parallel_size': 8, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 8, 'expert_tensor_parallel_size': 1, 'sequence_parallel': True, 'moe_flex_dispatcher_num_sms': 32, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': 'selective', 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': ['layernorm', 'moe', 'core_attn'], 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'hybridep'}
 
 # The launch environment this plan was compiled for (launchers export the same block).
-ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '1', 'NCCL_NVLS_ENABLE': '0', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'}
+ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_NVLS_ENABLE': '0', 'NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN': '8', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True', 'USE_MNNVL': '0'}
 
 
 def build_config() -> ConfigContainer:
@@ -76,26 +77,24 @@ def build_config() -> ConfigContainer:
     cfg.tokenizer, cfg.logger, cfg.checkpoint = tokenizer, logger, checkpoint
     model = cfg.model
     model.seq_length = 8192  # training.seq_length
-    model.tensor_model_parallel_size = 4  # goal: smallest model parallelism whose estimate (71.5 GiB) fits 80 GiB; EP preferred over TP, EP inside the NVLink domain where possible, PP only when needed
-    model.pipeline_model_parallel_size = 1  # goal: smallest model parallelism whose estimate (71.5 GiB) fits 80 GiB; EP preferred over TP, EP inside the NVLink domain where possible, PP only when needed
-    model.virtual_pipeline_model_parallel_size = None  # derived: no pipeline parallelism
-    model.pipeline_model_parallel_layout = None  # derived: no pipeline parallelism
-    model.context_parallel_size = 1  # default: no context parallelism
-    model.expert_model_parallel_size = 8  # goal: smallest model parallelism whose estimate (71.5 GiB) fits 80 GiB; EP preferred over TP, EP inside the NVLink domain where possible, PP only when needed
-    model.expert_tensor_parallel_size = 1  # default: ETP 1: experts split by EP, not TP (Bridge's default with EP > 1)
-    model.sequence_parallel = True  # derived: sequence parallelism with TP > 1 (needed for EP with TP)
-    model.moe_token_dispatcher_type = 'alltoall'  # goal: fit: flex backends keep more tensors and buffers alive
-    model.moe_flex_dispatcher_backend = None  # derived: no flex backend: set explicitly so Bridge's inert alltoall+deepep default cannot mislead
-    model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
-    model.moe_shared_expert_overlap = False  # model: no shared experts to overlap
+    model.tensor_model_parallel_size = 8  # goal: lowest predicted memory, then fastest: 55.69 s/step, 131 TFLOPS/GPU, 68.2 GiB (of 227 candidates scored)
+    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (55.69 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (55.69 s/step; see tensor_model_parallel_size)
+    model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (55.69 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 8  # goal: part of the chosen plan (55.69 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (55.69 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = True  # goal: part of the chosen plan (55.69 s/step; see tensor_model_parallel_size)
+    model.moe_flex_dispatcher_num_sms = 32  # derived: flex dispatcher SM budget used by the shipped perf recipes
+    model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = 'selective'  # goal: lightest recompute that fits: estimate 73.3 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: estimate 73.3 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: estimate 73.3 GiB <= 74 GiB usable
-    model.recompute_modules = ['layernorm', 'moe', 'core_attn']  # goal: lightest recompute that fits: estimate 73.3 GiB <= 74 GiB usable
-    model.cuda_graph_impl = 'none'  # goal: goal fit: no graphs
-    model.cuda_graph_modules = []  # derived: no graphs
+    model.recompute_granularity = 'selective'  # goal: lightest recompute that fits: 68.2 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 68.2 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 68.2 GiB <= 74 GiB usable
+    model.recompute_modules = ['layernorm', 'moe', 'core_attn']  # goal: lightest recompute that fits: 68.2 GiB <= 74 GiB usable
+    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (55.69 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (55.69 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (qwen3-30b-a3b)
     model.cuda_graph_scope = None  # deprecated alias of cuda_graph_modules; both set raises
@@ -105,21 +104,23 @@ def build_config() -> ConfigContainer:
     model.account_for_loss_in_pipeline_split = False  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
+    # Bridge's own helper sets the flex dispatcher and clears shared-expert overlap.
+    apply_flex_dispatcher_backend(model, 'hybridep')  # goal: part of the chosen plan (55.69 s/step; see tensor_model_parallel_size)
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=False,  # goal: fit: overlap keeps one more micro-batch of activations alive
-        delay_wgrad_compute=False,  # goal: off unless asked: isolate plain overlap first
+        overlap_moe_expert_parallel_comm=False,  # goal: goal fit: no EP overlap (it keeps one more micro-batch of activations alive)
+        delay_wgrad_compute=False,  # goal: part of the chosen plan (55.69 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=False,  # derived: no interleaved pipeline
         batch_p2p_comm=False,  # derived: not needed
-        overlap_grad_reduce=True,  # derived: overlap the DP gradient reduce-scatter
-        overlap_param_gather=True,  # derived: follows overlap_grad_reduce
+        overlap_grad_reduce=False,  # derived: no data parallelism
+        overlap_param_gather=False,  # derived: follows overlap_grad_reduce
     )
     cfg.ddp = DistributedDataParallelConfig(
         check_for_nan_in_grad=True,
         grad_reduce_in_fp32=True,
         use_distributed_optimizer=True,
-        overlap_grad_reduce=True,
-        overlap_param_gather=True,
+        overlap_grad_reduce=False,
+        overlap_param_gather=False,
     )
     cfg.validation = ValidationConfig(eval_iters=0, eval_interval=None)  # mock data: no evaluation
     cfg.rng = RNGConfig(seed=1234, te_rng_tracker=False)

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/tiny-moe-h100x2.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:d8049f75f1c82623 input sha256:d060e1ca0c1bf7bb
+# mocompile: checksum sha256:881accc2997e8527 input sha256:d060e1ca0c1bf7bb
 """tiny-moe-h100x2: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 2x NVIDIA H100 80GB HBM3, goal throughput.
@@ -35,7 +35,7 @@ from megatron.core.transformer.enums import AttnBackend
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
-PLANNED = {'seq_length': 2048, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 2, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_token_dispatcher_type': 'alltoall', 'moe_flex_dispatcher_backend': None, 'moe_flex_dispatcher_num_sms': None, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': False, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None}
+PLANNED = {'seq_length': 2048, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 1, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_token_dispatcher_type': 'alltoall', 'moe_flex_dispatcher_backend': None, 'moe_flex_dispatcher_num_sms': None, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': False, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None}
 
 # The launch environment this plan was compiled for (launchers export the same block).
 ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '8', 'NCCL_NVLS_ENABLE': '0', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'}
@@ -121,26 +121,26 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 2048  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: smallest model parallelism whose estimate (6.7 GiB) fits 80 GiB; EP preferred over TP, EP inside the NVLink domain where possible, PP only when needed
-    model.pipeline_model_parallel_size = 1  # goal: smallest model parallelism whose estimate (6.7 GiB) fits 80 GiB; EP preferred over TP, EP inside the NVLink domain where possible, PP only when needed
-    model.virtual_pipeline_model_parallel_size = None  # derived: no pipeline parallelism
-    model.pipeline_model_parallel_layout = None  # derived: no pipeline parallelism
-    model.context_parallel_size = 1  # default: no context parallelism
-    model.expert_model_parallel_size = 2  # goal: smallest model parallelism whose estimate (6.7 GiB) fits 80 GiB; EP preferred over TP, EP inside the NVLink domain where possible, PP only when needed
-    model.expert_tensor_parallel_size = 1  # default: ETP 1: experts split by EP, not TP (Bridge's default with EP > 1)
-    model.sequence_parallel = False  # derived: TP is 1
-    model.moe_token_dispatcher_type = 'alltoall'  # goal: ETP*EP = 2 <= 4: the dispatcher is second-order at small EP
-    model.moe_flex_dispatcher_backend = None  # derived: no flex backend: set explicitly so Bridge's inert alltoall+deepep default cannot mislead
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.27 s/step, 43 TFLOPS/GPU, 10.6 GiB (of 36 candidates scored)
+    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
+    model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 1  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
+    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep illegal or does not fit; hybridep illegal or does not fit
+    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep illegal or does not fit; hybridep illegal or does not fit
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
-    model.moe_shared_expert_overlap = False  # model: no shared experts to overlap
+    model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = False  # derived: grouped GEMM experts need Transformer Engine
-    model.recompute_granularity = None  # goal: lightest recompute that fits: estimate 9.4 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: estimate 9.4 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: estimate 9.4 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: estimate 9.4 GiB <= 74 GiB usable
-    model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack
-    model.cuda_graph_modules = []  # derived: no graphs
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 10.6 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 10.6 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 10.6 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 10.6 GiB <= 74 GiB usable
+    model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack: no TE graphs
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (tiny-moe)
     model.cuda_graph_scope = None  # deprecated alias of cuda_graph_modules; both set raises
@@ -152,8 +152,8 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=False,  # goal: EP 2 with alltoall on 1 node(s): the all-to-all is a small share of the step; measured at EP 2 on one NVLink host (2xH100 trial, 2xH200 benchmarks/results): no speed-up, +4-8% memory
-        delay_wgrad_compute=False,  # goal: off unless asked: isolate plain overlap first
+        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size); overlap on: illegal or does not fit
+        delay_wgrad_compute=False,  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=False,  # derived: no interleaved pipeline
         batch_p2p_comm=False,  # derived: not needed
         overlap_grad_reduce=True,  # derived: overlap the DP gradient reduce-scatter

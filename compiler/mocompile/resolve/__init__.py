@@ -1,8 +1,9 @@
 """Stage 3: decide every knob the user left ``auto``, recording why.
 
-Passes run in a declared order; each reads the values decided before it. The
-resolver tries candidates against the rule catalogue, so it never emits a plan
-that breaks a rule; derived settings are computed from the final values.
+Passes run in a declared order. ``decide.plan`` runs the planner: a joint search
+over everything left ``auto``, scored by the step-time model and checked against
+the rule catalogue, so an auto plan never breaks a rule; derived settings are
+computed from the final values.
 """
 
 from __future__ import annotations
@@ -11,20 +12,15 @@ from typing import Any, Callable
 
 from mocompile.catalogue import resolve_hardware, resolve_model
 from mocompile.ir import Document, Plan
-from mocompile.resolve import derived, moe, parallelism, recompute
+from mocompile.resolve import decide, derived, parallelism
 from mocompile.resolve.context import Context
 
 PASSES: tuple[Callable[[Context], None], ...] = (
     parallelism.base,
-    parallelism.layout,
-    parallelism.pipeline,
-    moe.dispatcher,
-    moe.overlap,
-    recompute.plan,
-    derived.graphs,
+    decide.plan,
     derived.p2p_and_grads,
     derived.environment,
-    recompute.memory_pass,
+    derived.memory_pass,
 )
 
 
@@ -33,3 +29,10 @@ def resolve(intent: dict[str, Any], doc: Document) -> Plan:
     for step in PASSES:
         step(ctx)
     return ctx.plan()
+
+
+def context(intent: dict[str, Any], doc: Document) -> Context:
+    """A context with the facts set (model, hardware, stack, batch): what the planner starts from."""
+    ctx = Context(intent, doc, resolve_model(intent, doc), resolve_hardware(intent))
+    parallelism.base(ctx)
+    return ctx

@@ -17,6 +17,7 @@ NEUTRAL: dict[str, Any] = {
     "recompute_num_layers": None, "recompute_modules": None, "cuda_graph_impl": "none", "cuda_graph_modules": [],
     "overlap_p2p_comm": False, "batch_p2p_comm": False, "overlap_grad_reduce": False, "overlap_param_gather": False,
     "use_te_rng_tracker": False, "num_microbatches": 1, "memory_estimate_gib": 0.0,
+    "memory_biggest_term": None, "memory_min_gpus": None, "step_time_estimate_s": None,
 }
 
 
@@ -29,6 +30,7 @@ class Context:
         self.s: dict[str, Decision] = {}
         self.env: dict[str, Decision] = {}
         self.memory: dict[str, Any] = {}
+        self.planner: dict[str, Any] = {}  # the search's winner, runners-up and anchor (explain, lock)
         for name, value in NEUTRAL.items():  # so rule trials can read fields not decided yet
             self.set(name, value, "default", "not decided yet")
 
@@ -79,4 +81,5 @@ class Context:
 
     def plan(self) -> Plan:
         return Plan(name=self.intent["name"], source=self.doc.files[-1], goal=self.goal, settings=self.s,
-                    env=self.env, model=self.model, hardware=self.hw, intent=self.intent, memory=self.memory)
+                    env=self.env, model=self.model, hardware=self.hw, intent=self.intent, memory=self.memory,
+                    planner=self.planner)

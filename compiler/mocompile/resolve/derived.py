@@ -2,41 +2,9 @@
 
 from __future__ import annotations
 
+from mocompile import memory
 from mocompile.ir import Decision
 from mocompile.resolve.context import Context
-
-DROPLESS_SCOPES = ["moe_router", "moe_preprocess"]
-
-
-def graphs(ctx: Context) -> None:
-    ipath, mpath = ("cuda_graphs", "impl"), ("cuda_graphs", "modules")
-    impl = ctx.pinned(*ipath) if ctx.explicit(*ipath) else None
-    mods = ctx.pinned(*mpath) if ctx.explicit(*mpath) else None
-    if impl is not None:
-        ctx.set("cuda_graph_impl", impl, "user", "pinned in the recipe", path=ipath)
-        default_mods = [] if impl in ("none", "full_iteration") else DROPLESS_SCOPES
-        ctx.set("cuda_graph_modules", list(mods) if mods is not None else default_mods,
-                "user" if mods is not None else "derived",
-                "pinned in the recipe" if mods is not None else "router + preprocess: legal for dropless MoE and with overlap",
-                path=mpath if mods is not None else None)
-        return
-    if ctx.goal != "throughput" or ctx["te_version"] is None:
-        why = "no Transformer Engine in the target stack" if ctx["te_version"] is None else f"goal {ctx.goal}: no graphs"
-        ctx.set("cuda_graph_impl", "none", "goal", why, [("transformer_engine", why)])
-        ctx.set("cuda_graph_modules", [] if mods is None else list(mods), "derived", "no graphs")
-        return
-    scopes = list(mods) if mods is not None else list(DROPLESS_SCOPES)
-    broken = ctx.errors_if(cuda_graph_impl="transformer_engine", cuda_graph_modules=scopes)
-    if broken:
-        ctx.set("cuda_graph_impl", "none", "goal", "graphs would break " + ", ".join(broken),
-                [("transformer_engine", ", ".join(broken))], rules=broken)
-        ctx.set("cuda_graph_modules", [], "derived", "no graphs")
-        return
-    ctx.set("cuda_graph_impl", "transformer_engine", "goal",
-            "throughput: TE graphs over the router and preprocessing cut host overhead (legal with EP overlap)")
-    ctx.set("cuda_graph_modules", scopes, "user" if mods is not None else "goal",
-            "dropless MoE: moe_router + moe_preprocess (never moe/mlp under overlap)", path=mpath if mods is not None else None)
-
 
 def p2p_and_grads(ctx: Context) -> None:
     pp, vpp = ctx["pipeline_model_parallel_size"], ctx["virtual_pipeline_model_parallel_size"] or 1
@@ -92,3 +60,12 @@ def environment(ctx: Context) -> None:
     for key, value in sorted(ctx["env"].items()):
         if key not in ctx.env:
             ctx.env[key] = Decision(value, "user", "launch.env", position=ctx.doc.positions.get(("launch", "env", key)))
+
+
+def memory_pass(ctx: Context) -> None:
+    """The final estimate from the final values (shown by explain, kept in the lock file)."""
+    est = memory.estimate(ctx.model, ctx.values())
+    ctx.memory.update(est)
+    ctx.memory["gpu_memory_gib"] = ctx.hw["memory_gib"]
+    ctx.set("memory_estimate_gib", est["total_gib"], "derived",
+            "mocompile memory estimate for the most-loaded rank, incl. dispatcher and NCCL buffers")

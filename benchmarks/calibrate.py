@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""Fit the step-time model's constants on published measurements and print how well it predicts.
+
+    python benchmarks/calibrate.py            # print the table with the committed constants + leave-one-out
+    python benchmarks/calibrate.py --write    # refit, write compiler/mocompile/data/steptime.yaml values
+
+Only the constants marked ``fitted: true`` in data/steptime.yaml move. The fit minimises the squared
+log error of predicted vs measured step time over the rows with ``fit: true`` in
+benchmarks/data/published.yaml (a small Nelder-Mead in log space: no numpy/scipy needed). Leave-one-out:
+each row is predicted by constants fitted without it. A/B pairs (``ab:``/``ab2:``) are checked for sign.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import statistics
+import sys
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "compiler"))
+
+from mocompile import steptime  # noqa: E402
+from mocompile.catalogue import _defaults, gpus, models  # noqa: E402
+from mocompile.datafiles import load_yaml  # noqa: E402
+
+PUBLISHED = os.path.join(ROOT, "benchmarks", "data", "published.yaml")
+
+
+def load_rows() -> list[dict[str, Any]]:
+    data = load_yaml(PUBLISHED)
+    out = []
+    for raw in data["rows"]:
+        row = dict(data["defaults"])
+        row.update(raw)
+        out.append(row)
+    return out
+
+
+def hardware(gpu: str, n: int) -> dict[str, Any]:
+    hw = dict(gpus()[gpu])
+    hw["id"] = gpu
+    hw["world_size"] = n
+    hw["gpus_per_node"] = min(hw["gpus_per_node"], n)
+    return hw
+
+
+def setup(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], steptime.Candidate, steptime.Batch]:
+    m = _defaults({"id": row["model"], **models()[row["model"]]})
+    hw = hardware(row["gpu"], row["gpus"])
+    tp, pp, vpp, ep, etp, cp = row["layout"]
+    rc = row["recompute"]
+    recompute = (None, None, None, None) if rc == "none" else ("full", None, "uniform", 1) if rc == "full" \
+        else ("selective", tuple(rc), None, None)
+    cand = steptime.Candidate(tp=tp, pp=pp, vpp=vpp, ep=ep, etp=etp, cp=cp, dispatcher=row["dispatcher"],
+                              overlap=row["overlap"], delay_wgrad=row["dw"], recompute=recompute,
+                              graphs=row["graphs"], num_sms=row.get("num_sms"))
+    batch = steptime.Batch(row["seq"], row["mbs"], row["gbs"], row["precision"], row["force_balance"])
+    return m, hw, cand, batch
+
+
+def measured_s(row: dict[str, Any]) -> float:
+    """Measured step time; TFLOPS-only rows are converted with the same FLOPs count the model reports."""
+    if "step_s" in row:
+        return float(row["step_s"])
+    if "measured_ms" in row:
+        return row["measured_ms"] / 1000.0
+    m, _, _, batch = setup(row)
+    flops = steptime.flops_per_token(m, batch.seq_length) * batch.global_batch_size * batch.seq_length
+    return flops / (row["tflops"] * 1e12 * row["gpus"])
+
+
+def predict(row: dict[str, Any], c: dict[str, float]) -> float:
+    m, hw, cand, batch = setup(row)
+    return steptime.estimate(m, hw, cand, batch, row["gpus"], c).step_s
+
+
+Setup = tuple[dict[str, Any], dict[str, Any], steptime.Candidate, steptime.Batch, int]
+RANK_WEIGHT = 1.0   # the ranking term weighs as much as the measurements, in total
+
+
+def anchor_neighbourhoods() -> list[tuple[str, Setup, list[Setup]]]:
+    """Each shipped recipe with its legal, fitting one-knob neighbours (what a tuning sweep varies).
+
+    NVIDIA's perf team chose each recipe by measurement; a recipe slower than a neighbour its own
+    sweep would have tried is unlikely. The ranking term asks the model not to predict that.
+    """
+    from dataclasses import replace
+
+    import anchor_intents as ai
+    from mocompile.resolve import search
+
+    out = []
+    for a in ai.shipped_rows():
+        if not ai.consistent(a):
+            continue
+        ctx = ai.context_for(ai.intent_text(a))
+        sc = search.Scorer(ctx)
+        base = search.anchor_candidate(ctx, a)
+        anchor = sc.score(base)
+        if sc.check(anchor) or not anchor.fits:
+            continue
+        trials = [replace(base, dispatcher=d, num_sms=None) for d in search._dispatchers(ctx) if d != base.dispatcher]
+        trials.append(replace(base, overlap=not base.overlap, delay_wgrad=False))
+        if base.overlap:
+            trials.append(replace(base, delay_wgrad=not base.delay_wgrad))
+        trials += [replace(base, graphs=g) for g in search._graph_options(ctx) if g != base.graphs]
+        for f in ("tp", "pp", "ep", "vpp"):
+            for v in (getattr(base, f) * 2, getattr(base, f) // 2):
+                if v >= 1 and v != getattr(base, f):
+                    trials.append(replace(base, **{f: v}, **({"vpp": 1} if f == "pp" and v == 1 else {})))
+        world = ctx["world_size"]
+        legal = []
+        for cand in trials:
+            if world % (cand.tp * cand.pp * cand.cp) or world % (cand.ep * cand.etp * cand.pp):
+                continue
+            s = sc.score(cand)
+            if s.fits and not sc.check(s):
+                legal.append((ctx.model, sc.hw, cand, sc.batch, world))
+        out.append((a["recipe"], (ctx.model, sc.hw, base, sc.batch, world), legal))
+    return out
+
+
+def _pred(setup: Setup, c: dict[str, float]) -> float:
+    m, hw, cand, batch, world = setup
+    return steptime.estimate(m, hw, cand, batch, world, c).step_s
+
+
+def rank_loss(hoods: list[tuple[str, Setup, list[Setup]]], c: dict[str, float]) -> float:
+    total, n = 0.0, 0
+    for _, anchor, neighbours in hoods:
+        pa = _pred(anchor, c)
+        for nb in neighbours:
+            total += max(0.0, math.log(pa / _pred(nb, c))) ** 2
+            n += 1
+    return total / max(1, n)
+
+
+HOODS: list = []
+
+
+def loss(rows: list[dict[str, Any]], c: dict[str, float]) -> float:
+    meas = sum(math.log(predict(r, c) / measured_s(r)) ** 2 for r in rows)
+    return meas + (RANK_WEIGHT * len(rows) * rank_loss(HOODS, c) if HOODS else 0.0)
+
+
+def nelder_mead(f, x0: list[float], steps: int = 600, scale: float = 0.3) -> list[float]:
+    """Minimise ``f`` from ``x0`` (a plain Nelder-Mead; enough for a handful of parameters)."""
+    n = len(x0)
+    simplex = [list(x0)] + [[x + (scale if i == j else 0.0) for j, x in enumerate(x0)] for i in range(n)]
+    vals = [f(p) for p in simplex]
+    for _ in range(steps):
+        order = sorted(range(n + 1), key=lambda i: vals[i])
+        simplex, vals = [simplex[i] for i in order], [vals[i] for i in order]
+        centroid = [sum(p[j] for p in simplex[:-1]) / n for j in range(n)]
+        worst = simplex[-1]
+        refl = [centroid[j] + (centroid[j] - worst[j]) for j in range(n)]
+        fr = f(refl)
+        if fr < vals[0]:
+            exp = [centroid[j] + 2 * (centroid[j] - worst[j]) for j in range(n)]
+            fe = f(exp)
+            simplex[-1], vals[-1] = (exp, fe) if fe < fr else (refl, fr)
+        elif fr < vals[-2]:
+            simplex[-1], vals[-1] = refl, fr
+        else:
+            con = [centroid[j] + 0.5 * (worst[j] - centroid[j]) for j in range(n)]
+            fc = f(con)
+            if fc < vals[-1]:
+                simplex[-1], vals[-1] = con, fc
+            else:
+                best = simplex[0]
+                simplex = [best] + [[best[j] + 0.5 * (p[j] - best[j]) for j in range(n)] for p in simplex[1:]]
+                vals = [vals[0]] + [f(p) for p in simplex[1:]]
+        if max(vals) - min(vals) < 1e-9:
+            break
+    return simplex[min(range(n + 1), key=lambda i: vals[i])]
+
+
+BOUNDS = {"gemm_efficiency": (0.2, 0.9), "blackwell_efficiency": (0.4, 1.2), "nccl_a2a_efficiency": (0.05, 1.0),
+          "overlap_hide": (0.0, 1.0), "natural_imbalance": (1.0, 3.0), "fp8_gain": (1.0, 2.0),
+          "overlap_host_factor": (1.0, 4.0), "deepep_efficiency": (0.3, 1.0), "hybridep_efficiency": (0.3, 1.0)}
+
+
+def fit(rows: list[dict[str, Any]], base: dict[str, float], names: list[str], steps: int = 600) -> dict[str, float]:
+    def unpack(x: list[float]) -> dict[str, float]:
+        c = dict(base)
+        for name, v in zip(names, x):
+            lo, hi = BOUNDS.get(name, (1e-9, 1e9))
+            c[name] = min(hi, max(lo, math.exp(v)))
+        return c
+
+    x = nelder_mead(lambda x: loss(rows, unpack(x)), [math.log(base[n]) for n in names], steps)
+    return unpack(x)
+
+
+def ab_checks(rows: list[dict[str, Any]], c: dict[str, float]) -> list[tuple[str, str, str, float, float, bool]]:
+    """Every published A/B: (pair, a, b, measured ratio b/a, predicted ratio b/a, same sign)."""
+    out = []
+    groups: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for key in ("ab", "ab2"):
+        for r in rows:
+            if key in r:
+                groups.setdefault(r[key][0], []).append((r[key][1], r))
+    if True:
+        for name, members in groups.items():
+            members.sort(key=lambda x: measured_s(x[1]))
+            for (la, ra), (lb, rb) in zip(members, members[1:]):
+                meas = measured_s(rb) / measured_s(ra)
+                pred = predict(rb, c) / predict(ra, c)
+                out.append((name, la, lb, meas, pred, (meas >= 1) == (pred >= 1) or abs(meas - 1) < 0.005))
+    return out
+
+
+def report(rows: list[dict[str, Any]], c: dict[str, float], names: list[str], loo: bool = True) -> str:
+    lines = ["step-time model calibration (mocompile benchmarks/calibrate.py)",
+             f"fitted constants: " + ", ".join(f"{n}={c[n]:.4g}" for n in names), "",
+             f"{'row':<36} {'measured s':>10} {'predicted':>10} {'error':>7} {'LOO pred':>9} {'LOO err':>7}"]
+    errs, loo_errs = [], []
+    fit_rows = [r for r in rows if r["fit"]]
+    for r in rows:
+        meas, pred = measured_s(r), predict(r, c)
+        err = pred / meas - 1
+        loo_txt = ""
+        if r["fit"]:
+            errs.append(abs(err))
+            if loo:
+                others = [o for o in fit_rows if o is not r]
+                c_loo = fit(others, c, names, steps=250)
+                lp = predict(r, c_loo)
+                le = lp / meas - 1
+                loo_errs.append(abs(le))
+                loo_txt = f"{lp:>9.3f} {le:>+7.1%}"
+        else:
+            loo_txt = f"{'(A/B only)':>17}"
+        lines.append(f"{r['id']:<36} {meas:>10.3f} {pred:>10.3f} {err:>+7.1%} {loo_txt}")
+    lines.append("")
+    lines.append(f"fit rows: {len(errs)}; in-sample median |error| {statistics.median(errs):.1%}, worst {max(errs):.1%}")
+    if loo_errs:
+        lines.append(f"leave-one-out median |error| {statistics.median(loo_errs):.1%}, worst {max(loo_errs):.1%} "
+                     f"(targets: <= 15%, <= 35%)")
+    if HOODS:
+        wins = sum(all(_pred(a, c) <= _pred(nb, c) * 1.0001 for nb in nbs) for _, a, nbs in HOODS)
+        pairs = sum(len(nbs) for _, _, nbs in HOODS)
+        ok = sum(_pred(a, c) <= _pred(nb, c) * 1.0001 for _, a, nbs in HOODS for nb in nbs)
+        lines.append(f"ranking term: {len(HOODS)} shipped recipes, {pairs} legal one-knob neighbours; shipped recipe "
+                     f"predicted no slower than the neighbour in {ok}/{pairs} pairs, than all its neighbours in "
+                     f"{wins}/{len(HOODS)} recipes")
+    lines.append("")
+    lines.append("published A/B comparisons (ratio = slower-measured / faster-measured step time):")
+    ok = 0
+    checks = ab_checks(rows, c)
+    for name, la, lb, meas, pred, same in checks:
+        ok += same
+        lines.append(f"  {name:<12} {la} -> {lb}: measured x{meas:.3f}, predicted x{pred:.3f}  "
+                     f"{'sign right' if same else 'SIGN WRONG'}")
+    lines.append(f"A/B signs right: {ok}/{len(checks)}; largest relative error on an A/B ratio "
+                 f"{ab_error(rows, c):.1%} (the planner's trust margin for leaving a shipped recipe: "
+                 f"{c.get('trust_margin', float('nan')):.1%})")
+    return "\n".join(lines)
+
+
+def ab_error(rows: list[dict[str, Any]], c: dict[str, float]) -> float:
+    """The model's largest relative error on a published A/B ratio: how far its comparisons can be off."""
+    return max(abs(pred / meas - 1) for _, _, _, meas, pred, _ in ab_checks(rows, c))
+
+
+def write_constants(c: dict[str, float], names: list[str]) -> None:
+    path = os.path.join(ROOT, "compiler", "mocompile", "data", "steptime.yaml")
+    text = open(path, encoding="utf-8").read()
+    for n in names + ["trust_margin"]:
+        text = re.sub(rf"(\n  {n}: {{value: )[^,]+", lambda mt: mt.group(1) + f"{c[n]:.4g}", text)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help="refit and write the constants")
+    ap.add_argument("--no-loo", action="store_true", help="skip leave-one-out (fast)")
+    ap.add_argument("--no-rank", action="store_true", help="fit on the measurements alone")
+    args = ap.parse_args()
+    rows = load_rows()
+    meta = load_yaml(steptime.DATA)["constants"]
+    names = [n for n, v in meta.items() if v.get("fitted")]
+    c = steptime.constants()
+    if not args.no_rank:
+        HOODS.extend(anchor_neighbourhoods())
+    if args.write:
+        c = fit([r for r in rows if r["fit"]], c, names, steps=1500)
+        c["trust_margin"] = round(ab_error(rows, c), 3)
+        write_constants(c, names)
+    print(report(rows, c, names, loo=not args.no_loo))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

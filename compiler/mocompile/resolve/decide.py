@@ -1,0 +1,136 @@
+"""Record the planner's winner in the plan: every field with who decided it and why.
+
+The search (``resolve.search``) picks one candidate; this pass writes its settings into the
+context. Pinned values keep the user's position; every other value gets the goal's reason, the
+predicted effect of flipping it (from the step-time model) and the runners-up that lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from mocompile import steptime
+from mocompile.resolve.context import Context
+from mocompile.resolve.search import FLEX, Scored, Scorer, min_gpus_that_fit, search, settings, trust_margin, why_lost
+
+# Intent path of each field the planner sets (pinned values keep their position).
+PATHS: dict[str, tuple[str, ...]] = {
+    "tensor_model_parallel_size": ("parallelism", "tp"), "pipeline_model_parallel_size": ("parallelism", "pp"),
+    "virtual_pipeline_model_parallel_size": ("parallelism", "vpp"), "expert_model_parallel_size": ("parallelism", "ep"),
+    "expert_tensor_parallel_size": ("parallelism", "etp"), "context_parallel_size": ("parallelism", "cp"),
+    "sequence_parallel": ("parallelism", "sequence_parallel"), "pipeline_model_parallel_layout": ("parallelism", "layout"),
+    "moe_token_dispatcher_type": ("moe", "dispatcher"), "moe_flex_dispatcher_backend": ("moe", "dispatcher"),
+    "moe_flex_dispatcher_num_sms": ("moe", "num_sms"), "overlap_moe_expert_parallel_comm": ("moe", "overlap"),
+    "delay_wgrad_compute": ("moe", "delay_wgrad"), "moe_shared_expert_overlap": ("moe", "shared_expert_overlap"),
+    "recompute_granularity": ("recompute", "granularity"), "recompute_modules": ("recompute", "modules"),
+    "recompute_method": ("recompute", "method"), "recompute_num_layers": ("recompute", "num_layers"),
+    "cuda_graph_impl": ("cuda_graphs", "impl"), "cuda_graph_modules": ("cuda_graphs", "modules"),
+}
+DERIVED = {"data_parallel_size": "world / (TP*PP*CP)", "expert_data_parallel_size": "world / (ETP*EP*PP)",
+           "num_microbatches": "GBS / (MBS*DP)",
+           "hybridep_ranks_per_domain": "HybridEP ranks per NVLink domain = min(NVLink domain, ETP*EP)",
+           "overlap_p2p_comm": "interleaved pipeline overlaps p2p (Bridge's derivation)",
+           "batch_p2p_comm": "plain pipeline batches p2p", "use_te_rng_tracker": "CUDA graphs need TE's RNG tracker"}
+GOAL_WHY = {"throughput": "fastest predicted plan", "fit": "lowest predicted memory, then fastest",
+            "bring-up": "simplest legal plan (alltoall, no overlap, no graphs, least model parallelism)"}
+
+
+def _flip(sc: Scorer, base: Scored, **change: Any) -> float | None:
+    """Predicted step-time change (s) of one knob flip on the winner, or None when illegal or unfit."""
+    trial = sc.score(replace(base.cand, **change))
+    if not trial.fits or sc.check(trial):
+        return None
+    return trial.step - base.step
+
+
+def _effects(ctx: Context, res_winner: Scored) -> dict[str, str]:
+    """For the dispatcher, overlap and graph choices: what the alternatives are predicted to cost."""
+    sc = Scorer(ctx)
+    w = res_winner
+    out: dict[str, str] = {}
+    alts = []
+    for disp in ["alltoall"] + [b for b in FLEX if b in ctx["gpu_flex_backends"]]:
+        if disp != w.cand.dispatcher:
+            d = _flip(sc, w, dispatcher=disp, num_sms=None)
+            alts.append(f"{disp} {'illegal or does not fit' if d is None else f'{d:+.2f} s'}")
+    out["dispatcher"] = "; ".join(alts)
+    d = _flip(sc, w, overlap=not w.cand.overlap, delay_wgrad=False)
+    out["overlap"] = f"overlap {'off' if w.cand.overlap else 'on'}: " + ("illegal or does not fit" if d is None else f"{d:+.2f} s")
+    if w.cand.graphs != "none":
+        d = _flip(sc, w, graphs="none")
+        out["graphs"] = "no graphs: " + ("illegal" if d is None else f"{d:+.2f} s")
+    return out
+
+
+def plan(ctx: Context) -> None:
+    """Search, then record the winner's settings with reasons."""
+    res = search(ctx)
+    w = res.winner
+    est = w.est
+    head = (f"{GOAL_WHY[ctx.goal]}: {est.step_s:.2f} s/step, {est.tflops_per_gpu:.0f} TFLOPS/GPU, "
+            f"{w.mem['total_gib']:.1f} GiB (of {res.scored} candidates scored)")
+    if w.anchor:
+        head += f"; the tuned recipe Bridge ships ({w.anchor})"
+    elif res.anchor is not None:
+        head += (f"; predicted {res.anchor.step - w.step:.2f} s/step faster than the shipped {res.anchor.anchor} "
+                 f"({res.anchor.step:.2f} s, {why_lost(res.anchor, w) if res.anchor.broken or not res.anchor.fits else 'slower'})")
+    rejected = [(r.cand.label(), why_lost(r, w, margin=bool(w.anchor))) for r in res.runners_up + res.excluded]
+    part = f"part of the chosen plan ({est.step_s:.2f} s/step; see tensor_model_parallel_size)"
+    effects = _effects(ctx, w) if ctx.goal == "throughput" else {}
+    values = settings(ctx, w.cand)
+    for name, value in values.items():
+        path = PATHS.get(name)
+        if path and ctx.explicit(*path) and ctx.pinned(*path) is not None:
+            ctx.set(name, value, "user", "pinned in the recipe", path=path)
+            continue
+        if name in DERIVED:
+            ctx.set(name, value, "derived", DERIVED[name])
+        elif name == "tensor_model_parallel_size":
+            ctx.set(name, value, "goal", head, rejected)
+        elif name in ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend"):
+            why = f"{part}; alternatives on this layout: {effects['dispatcher']}" if effects.get("dispatcher") else part
+            ctx.set(name, value, "goal", why)
+        elif name == "overlap_moe_expert_parallel_comm":
+            why = part + (f"; {effects['overlap']}" if "overlap" in effects else "")
+            if ctx.goal != "throughput":
+                why = f"goal {ctx.goal}: no EP overlap (it keeps one more micro-batch of activations alive)"
+            ctx.set(name, value, "goal", why, rules=["OVL014"] if value and w.est.notes else None)
+        elif name == "cuda_graph_impl":
+            why = part + (f"; {effects['graphs']}" if "graphs" in effects else "")
+            if ctx["te_version"] is None:
+                why = "no Transformer Engine in the target stack: no TE graphs"
+            ctx.set(name, value, "goal", why)
+        elif name == "moe_shared_expert_overlap":
+            ctx.set(name, value, "derived", "off under EP overlap and with flex dispatchers (OVL010, Bridge's "
+                    "apply_flex_dispatcher_backend); else the provider's default", rules=["OVL010"] if w.cand.overlap else None)
+        elif name == "moe_flex_dispatcher_num_sms":
+            ctx.set(name, value, "derived", "flex dispatcher SM budget used by the shipped perf recipes"
+                    if value else "no flex dispatcher")
+        elif name.startswith("recompute_"):
+            ctx.set(name, value, "goal", f"lightest recompute that fits: {w.mem['total_gib']:.1f} GiB <= "
+                    f"{ctx.hw['memory_gib'] * 0.92:.0f} GiB usable" if w.fits else "nothing fits: heaviest recompute")
+        elif name == "pipeline_model_parallel_layout":
+            ctx.set(name, value, "derived", "balanced layout: embedding and loss counted as a layer each"
+                    if value else "even split (or no pipeline)", rules=["PP002", "PP003"] if value else None)
+        else:
+            ctx.set(name, value, "goal", part)
+    ctx.set("step_time_estimate_s", round(w.step, 4), "derived", "mocompile step-time model (steptime.py)")
+    ctx.planner = {
+        "goal": ctx.goal, "candidates_scored": res.scored, "trust_margin": trust_margin(),
+        "chosen": dict(w.summary(), terms_s={k: round(v, 3) for k, v in est.terms.items()}),
+        "runners_up": [dict(r.summary(), why_lost=why_lost(r, w, margin=bool(w.anchor))) for r in res.runners_up],
+        "excluded": [dict(r.summary(), why_lost=why_lost(r, w)) for r in res.excluded],
+        "anchor": None if res.anchor is None else dict(res.anchor.summary(), broken=res.anchor.broken or [],
+                                                         fits=res.anchor.fits),
+        "model": "steptime " + steptime.__name__,
+    }
+    if not w.fits:
+        terms = {k: w.mem[k] for k in ("weights_and_optimizer_gib", "activations_gib", "logits_gib",
+                                       "dispatcher_buffers_gib")}
+        big = max(terms, key=terms.get)
+        ctx.set("memory_biggest_term", f"{big.replace('_gib', '').replace('_', ' ')} {terms[big]:.1f} GiB", "derived",
+                "largest term of the memory estimate")
+        n = min_gpus_that_fit(ctx)
+        ctx.set("memory_min_gpus", n if n is not None else "more than 16384", "derived",
+                "smallest GPU count (whole nodes, doubling) with a layout that fits under full recompute")

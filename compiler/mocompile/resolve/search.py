@@ -1,0 +1,484 @@
+"""The planner: every knob the user left ``auto``, decided jointly by a search.
+
+Candidates are enumerated over what is not pinned (TP, PP, VPP, EP, ETP, CP, dispatcher, EP
+overlap, delayed wgrad, recompute rung, CUDA-graph scope), pruned early (divisibility, memory),
+scored by the step-time model (``mocompile.steptime``) and checked against the same rule catalogue
+as ``check``. Ranking follows the goal: predicted step time for ``throughput``, lowest memory then
+time for ``fit``, the simplest legal plan for ``bring-up``. The tuned perf recipe Bridge ships for
+the same model, GPU and precision (``data/anchors.yaml``) is always scored too, and is kept unless
+the model predicts another plan faster by more than its own leave-one-out error.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from mocompile import layout as layouts
+from mocompile import memory, steptime
+from mocompile.datafiles import load_yaml
+from mocompile.resolve.context import Context
+from mocompile.rules.engine import broken_rules
+from mocompile.steptime import Batch, Candidate, StepEstimate
+
+FLEX = ("deepep", "hybridep")
+DEFAULT_SMS = {"deepep": 20, "hybridep": 32}
+HEADROOM = 0.92            # share of GPU memory a plan may fill
+ROUTER_SCOPES = ["moe_router", "moe_preprocess"]
+LAYOUT_SHORTLIST = 16      # layouts kept after the first (default-knob) scoring
+RULE_CHECK_LIMIT = 400     # candidates rule-checked at most, best first
+ANCHORS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "anchors.yaml")
+Rung = tuple[Any, ...]
+
+
+@dataclass
+class Scored:
+    """One candidate with its predicted step, memory and (once checked) broken rules."""
+
+    cand: Candidate
+    est: StepEstimate
+    mem: dict[str, Any]
+    fits: bool
+    anchor: str | None = None
+    broken: list[str] | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def step(self) -> float:
+        return self.est.step_s
+
+    def summary(self) -> dict[str, Any]:
+        out = {"plan": self.cand.label(), "step_time_s": round(self.step, 3),
+               "tflops_per_gpu": round(self.est.tflops_per_gpu, 1),
+               "tokens_per_s_per_gpu": round(self.est.tokens_per_s_per_gpu, 1),
+               "memory_gib": self.mem["total_gib"]}
+        if self.anchor:
+            out["anchor"] = self.anchor
+        return out
+
+
+@functools.lru_cache(maxsize=1)
+def anchors() -> tuple[dict[str, Any], ...]:
+    return tuple(load_yaml(ANCHORS)["anchors"])
+
+
+def trust_margin() -> float:
+    """Leave a measured configuration only for a predicted gain above the model's typical error."""
+    return steptime.constants().get("trust_margin", 0.08)
+
+
+# -- the space --------------------------------------------------------------------------------------
+
+def _pin(ctx: Context, *path: str) -> Any:
+    return ctx.pinned(*path) if ctx.explicit(*path) else None
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def ladder(ctx: Context, overlap: bool) -> list[Rung]:
+    """Recompute rungs, lightest first; EP overlap allows only the overlap-safe ones."""
+    gg = bool(ctx["moe_grouped_gemm"])
+    mla = bool(ctx["multi_latent_attention"])
+    attn = "mla_up_proj" if mla else "core_attn"
+    dense = ["mlp"] if ctx["first_k_dense"] else []
+    rungs: list[Rung] = [(None, None, None, None), ("selective", ("layernorm",), None, None)]
+    if gg:
+        rungs.append(("selective", ("layernorm", "moe_act"), None, None))
+    rungs.append(("selective", tuple(["layernorm"] + (["moe_act"] if gg else []) + [attn] + dense), None, None))
+    if not overlap:
+        rungs.append(("selective", ("layernorm", "moe", attn), None, None))
+        rungs.append(("full", None, "uniform", 1))
+    return rungs
+
+
+def _rungs(ctx: Context, overlap: bool) -> list[Rung]:
+    gran = _pin(ctx, "recompute", "granularity")
+    mods = _pin(ctx, "recompute", "modules")
+    method, nlayers = ctx.pinned("recompute", "method"), ctx.pinned("recompute", "num_layers")
+    if gran == "none":
+        return [(None, None, method, nlayers)]
+    if gran == "full":  # as pinned: Megatron needs method and layers (RC003 says so when missing)
+        return [("full", None, method, nlayers)]
+    if gran == "selective" and mods is not None:
+        return [("selective", tuple(mods), method, nlayers)]
+    rungs = ladder(ctx, overlap)
+    if gran == "selective":
+        rungs = [r for r in rungs if r[0] == "selective"]
+    if mods is not None:  # modules pinned, granularity auto: selective with those modules
+        rungs = [("selective", tuple(mods), method, nlayers)]
+    return rungs
+
+
+def _graph_options(ctx: Context) -> list[str]:
+    impl, mods = _pin(ctx, "cuda_graphs", "impl"), _pin(ctx, "cuda_graphs", "modules")
+    if impl is not None:
+        if impl == "none":
+            return ["none"]
+        if impl == "full_iteration":
+            return ["full_iteration"]
+        return ["te_arp" if mods and "attn" in mods else "te_rp"]
+    if ctx.goal != "throughput" or ctx["te_version"] is None:
+        return ["none"]
+    return ["te_rp", "none"]
+
+
+def _dispatchers(ctx: Context) -> list[str]:
+    pinned = _pin(ctx, "moe", "dispatcher")
+    if pinned is not None:
+        return [pinned]
+    if ctx.goal == "bring-up":
+        return ["alltoall"]
+    return ["alltoall"] + [b for b in FLEX if b in ctx["gpu_flex_backends"]]
+
+
+def _bools(ctx: Context, path: tuple[str, str], goal_default: list[bool]) -> list[bool]:
+    pinned = _pin(ctx, *path)
+    return [bool(pinned)] if pinned is not None else goal_default
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int
+    pp: int
+    vpp: int
+    ep: int
+    etp: int
+    cp: int
+
+
+def layouts_for(ctx: Context, world: int) -> list[Layout]:
+    """Every (TP, PP, VPP, EP, ETP, CP) the pins, divisibility and the model allow on ``world`` GPUs."""
+    gpn = ctx["gpus_per_node"]
+    heads, groups, experts = ctx["num_attention_heads"], ctx["num_query_groups"], ctx["num_moe_experts"]
+    layers, mtp = ctx["num_layers"], ctx["mtp_num_layers"] or 0
+    p = {k: _pin(ctx, "parallelism", k) for k in ("tp", "pp", "vpp", "ep", "etp", "cp")}
+    seq = ctx["seq_length"]
+    tps = [p["tp"]] if p["tp"] else [t for t in (1, 2, 4, 8) if t <= gpn and heads % t == 0
+                                     and (groups % t == 0 or t % groups == 0)]
+    cps = [p["cp"]] if p["cp"] else ([1, 2, 4, 8] if seq >= 16384 else [1])
+    pps = [p["pp"]] if p["pp"] else [d for d in _divisors(world) if d <= layers]
+    etps = [p["etp"]] if p["etp"] else [1]
+    eps = [p["ep"]] if p["ep"] else [e for e in _divisors(experts) if world % e == 0]
+    units = layers + 2 + mtp
+    out = []
+    for tp, cp, pp, etp, ep in itertools.product(tps, cps, pps, etps, eps):
+        if world % (tp * pp * cp) or world % (ep * etp * pp) or experts % ep:
+            if not all(p[k] for k in ("tp", "pp", "ep")):
+                continue
+        if p["vpp"] is not None:
+            vpps = [p["vpp"]]
+        elif pp == 1 or ctx.goal == "bring-up":
+            vpps = [1]
+        else:
+            vpps = [1] + [v for v in (2, 3, 4, 6, 8, 12, 16) if units >= 2 * pp * v]
+        out.extend(Layout(tp, pp, v, ep, etp, cp) for v in vpps)
+    if not out:  # the pins leave nothing legal: keep them (1 where unpinned) and let the rules say why
+        out.append(Layout(p["tp"] or 1, p["pp"] or 1, p["vpp"] or 1, p["ep"] or 1, p["etp"] or 1, p["cp"] or 1))
+    return out
+
+
+# -- candidate -> settings ------------------------------------------------------------------------
+
+def _layout_string(ctx: Context, pp: int, vpp: int) -> str | None:
+    user = ctx.pinned("parallelism", "layout")
+    if isinstance(user, str) and user not in ("auto", "none") and ctx.explicit("parallelism", "layout"):
+        return user
+    layers, mtp = ctx["num_layers"], ctx["mtp_num_layers"] or 0
+    if user == "none" or pp == 1 or (layouts.even(pp, vpp, layers) and not mtp):
+        return None
+    return layouts.derive(pp, vpp, layers, mtp)
+
+
+def _shared_expert_overlap(ctx: Context, overlap: bool, dispatcher: str) -> bool:
+    pinned = _pin(ctx, "moe", "shared_expert_overlap")
+    if pinned is not None:
+        return bool(pinned)
+    if overlap or dispatcher in FLEX or not ctx["moe_shared_expert_intermediate_size"]:
+        return False
+    return bool(ctx.model["shared_expert_overlap_default"]) and dispatcher == "alltoall"
+
+
+def settings(ctx: Context, cand: Candidate, world: int | None = None) -> dict[str, Any]:
+    """The Megatron fields a candidate sets, derived settings included (what the rules read)."""
+    world = world or ctx["world_size"]
+    dp = max(1, world // (cand.tp * cand.pp * cand.cp))
+    flex = cand.dispatcher in FLEX
+    graphs = cand.graphs
+    impl = {"none": "none", "full_iteration": "full_iteration"}.get(graphs, "transformer_engine")
+    pinned_impl = _pin(ctx, "cuda_graphs", "impl")
+    if pinned_impl is not None:
+        impl = pinned_impl
+    pinned_mods = _pin(ctx, "cuda_graphs", "modules")
+    mods = list(pinned_mods) if pinned_mods is not None else \
+        ([] if impl in ("none", "full_iteration") else (["attn"] if graphs == "te_arp" else []) + ROUTER_SCOPES)
+    sp = _pin(ctx, "parallelism", "sequence_parallel")
+    sms = _pin(ctx, "moe", "num_sms")
+    rung = cand.recompute
+    return {
+        "tensor_model_parallel_size": cand.tp, "pipeline_model_parallel_size": cand.pp,
+        "expert_model_parallel_size": cand.ep, "expert_tensor_parallel_size": cand.etp,
+        "context_parallel_size": cand.cp, "data_parallel_size": dp,
+        "expert_data_parallel_size": max(1, world // (cand.ep * cand.etp * cand.pp)),
+        "sequence_parallel": bool(sp) if sp is not None else cand.tp > 1,
+        "num_microbatches": ctx["global_batch_size"] // max(1, ctx["micro_batch_size"] * dp),
+        "virtual_pipeline_model_parallel_size": None if cand.vpp == 1 else cand.vpp,
+        "pipeline_model_parallel_layout": _layout_string(ctx, cand.pp, cand.vpp),
+        "moe_token_dispatcher_type": "flex" if flex else cand.dispatcher,
+        "moe_flex_dispatcher_backend": cand.dispatcher if flex else None,
+        "moe_flex_dispatcher_num_sms": sms if sms is not None else (DEFAULT_SMS[cand.dispatcher] if flex else None),
+        "hybridep_ranks_per_domain": min(ctx["nvlink_domain"], cand.ep * cand.etp),
+        "overlap_moe_expert_parallel_comm": cand.overlap, "delay_wgrad_compute": cand.delay_wgrad,
+        "moe_shared_expert_overlap": _shared_expert_overlap(ctx, cand.overlap, cand.dispatcher),
+        "recompute_granularity": rung[0], "recompute_modules": list(rung[1]) if rung[1] is not None else None,
+        "recompute_method": rung[2], "recompute_num_layers": rung[3],
+        "cuda_graph_impl": impl, "cuda_graph_modules": mods,
+        "overlap_p2p_comm": cand.pp > 1 and cand.vpp > 1, "batch_p2p_comm": cand.pp > 1 and cand.vpp == 1,
+        "use_te_rng_tracker": impl not in (None, "none"),
+    }
+
+
+# -- scoring ----------------------------------------------------------------------------------------
+
+class Scorer:
+    """Scores candidates for one intent; memoises the flat base settings."""
+
+    def __init__(self, ctx: Context, world: int | None = None):
+        self.ctx = ctx
+        self.world = world or ctx["world_size"]
+        self.base = ctx.values()
+        self.base["world_size"] = self.world
+        self.limit = ctx.hw["memory_gib"] * HEADROOM
+        self.batch = Batch(ctx["seq_length"], ctx["micro_batch_size"], ctx["global_batch_size"], ctx["precision"],
+                           bool(ctx["moe_router_force_load_balancing"]))
+        self.hw = dict(ctx.hw, nvlink_domain=ctx.hw["nvlink_domain"], gpus_per_node=ctx["gpus_per_node"])
+        self.count = 0
+
+    def config(self, cand: Candidate) -> dict[str, Any]:
+        cfg = dict(self.base)
+        cfg.update(settings(self.ctx, cand, self.world))
+        return cfg
+
+    def memory(self, cand: Candidate) -> dict[str, Any]:
+        return memory.estimate(self.ctx.model, self.config(cand))
+
+    def score(self, cand: Candidate, anchor: str | None = None) -> Scored:
+        self.count += 1
+        mem = self.memory(cand)
+        est = steptime.estimate(self.ctx.model, self.hw, cand, self.batch, self.world)
+        return Scored(cand, est, mem, mem["total_gib"] <= self.limit, anchor)
+
+    def lightest_fitting(self, cand: Candidate, rungs: list[Rung]) -> Candidate:
+        """The lightest recompute rung that fits (recompute only costs time), else the heaviest."""
+        for rung in rungs:
+            trial = replace(cand, recompute=rung)
+            if self.memory(trial)["total_gib"] <= self.limit:
+                return trial
+        return replace(cand, recompute=rungs[-1])
+
+    def check(self, s: Scored) -> list[str]:
+        if s.broken is None:
+            cfg = self.config(s.cand)
+            cfg["memory_estimate_gib"] = s.mem["total_gib"]
+            s.settings = cfg
+            s.broken = sorted(r.id for r in broken_rules(cfg) if r.severity == "error")
+        return s.broken
+
+
+def _knobs(ctx: Context) -> list[tuple[str, bool, bool, str]]:
+    """(dispatcher, overlap, delayed wgrad, graphs) combinations the goal and pins allow."""
+    heavy = ctx.goal in ("bring-up", "fit")
+    overlaps = _bools(ctx, ("moe", "overlap"), [False] if heavy else [False, True])
+    out = []
+    for disp, ov, graphs in itertools.product(_dispatchers(ctx), overlaps, _graph_options(ctx)):
+        wgrads = _bools(ctx, ("moe", "delay_wgrad"), [False, True] if ov and ctx["te_version"] else [False])
+        out.extend((disp, ov, dw, graphs) for dw in wgrads)
+    return out
+
+
+def _default_knob(ctx: Context, knobs: list[tuple[str, bool, bool, str]], group: int) -> tuple[str, bool, bool, str]:
+    """The knob setting used to rank layouts before the full product: flex + overlap where offered."""
+    def pref(k: tuple[str, bool, bool, str]) -> tuple[int, ...]:
+        return (k[0] == "alltoall" and group > 1, not k[1], k[2], k[3] == "none")
+    return min(knobs, key=pref)
+
+
+def match_anchor(ctx: Context) -> dict[str, Any] | None:
+    """The shipped perf recipe for this model, GPU and precision whose layout divides the GPU count."""
+    model_id, gpu, prec, world = ctx.model.get("id"), ctx["gpu"], ctx["precision"], ctx["world_size"]
+    found = []
+    for a in anchors():
+        if a["model"] != model_id or a["gpu"] != gpu or a["precision"] != prec or a["variant"]:
+            continue
+        if world % (a["tp"] * a["pp"] * a["cp"]) or world % (a["ep"] * a["etp"] * a["pp"]):
+            continue
+        found.append(a)
+    if not found:
+        return None
+    # Bridge's harness: the recipe for this GPU count, else the largest one below it (weak-scaled by DP).
+    below = [a for a in found if a["gpus"] <= world]
+    return max(below, key=lambda a: a["gpus"]) if below else min(found, key=lambda a: a["gpus"])
+
+
+def anchor_candidate(ctx: Context, a: dict[str, Any], pins: bool = True) -> Candidate:
+    """The anchor as a candidate, with the user's pins laid over it (``pins=False``: as shipped)."""
+    rc = a["recompute"]
+    rung: Rung = (None, None, None, None) if rc == "none" else ("full", None, "uniform", 1) if rc == "full" \
+        else ("selective", tuple(rc), None, None)
+    p = {k: _pin(ctx, "parallelism", k) if pins else None for k in ("tp", "pp", "vpp", "ep", "etp", "cp")}
+    cand = Candidate(tp=p["tp"] or a["tp"], pp=p["pp"] or a["pp"], vpp=p["vpp"] or a["vpp"], ep=p["ep"] or a["ep"],
+                     etp=p["etp"] or a["etp"], cp=p["cp"] or a["cp"], dispatcher=a["dispatcher"],
+                     overlap=a["overlap"], delay_wgrad=a["delay_wgrad"], recompute=rung,
+                     graphs=a["graphs"] if a["graphs"] in _graph_options(ctx) else _graph_options(ctx)[0],
+                     num_sms=a.get("num_sms"))
+    if not pins:
+        return cand
+    disp = _dispatchers(ctx)
+    if cand.dispatcher not in disp:
+        cand = replace(cand, dispatcher=disp[0])
+    ov = _bools(ctx, ("moe", "overlap"), [cand.overlap])
+    dw = _bools(ctx, ("moe", "delay_wgrad"), [cand.delay_wgrad])
+    cand = replace(cand, overlap=ov[0], delay_wgrad=dw[0] and ov[0] if _pin(ctx, "moe", "delay_wgrad") is None else dw[0])
+    if _pin(ctx, "recompute", "granularity") is not None or _pin(ctx, "recompute", "modules") is not None:
+        cand = replace(cand, recompute=_rungs(ctx, cand.overlap)[0])
+    return cand
+
+
+@dataclass
+class SearchResult:
+    winner: Scored
+    runners_up: list[Scored]
+    excluded: list[Scored]
+    anchor: Scored | None
+    scored: int
+    fits_anywhere: bool
+
+
+SIMPLICITY = 0.002  # each extra feature must buy more than 0.2 % of predicted step time
+
+
+def complexity(c: Candidate) -> int:
+    """Features that cost bring-up effort or risk: turned on only when they buy time."""
+    return (c.dispatcher in FLEX) + c.overlap + c.delay_wgrad + (c.graphs != "none") + (c.vpp > 1) \
+        + (c.pp > 1) + (c.tp > 1) + (c.cp > 1)
+
+
+def _rank_key(goal: str):
+    if goal == "fit":
+        return lambda s: (not s.fits, s.mem["total_gib"], s.step)
+    if goal == "bring-up":
+        return lambda s: (not s.fits, s.cand.tp * s.cand.pp * s.cand.cp, s.cand.pp, s.cand.tp,
+                          s.cand.recompute[0] == "full", s.step)
+    return lambda s: (not s.fits, s.step * (1 + SIMPLICITY * complexity(s.cand)))
+
+
+def search(ctx: Context) -> SearchResult:
+    """Enumerate, prune, score, rule-check and rank; see the module docstring."""
+    sc = Scorer(ctx)
+    knobs = _knobs(ctx)
+    rungs_by_ov = {ov: _rungs(ctx, ov) for ov in (False, True)}
+    key = _rank_key(ctx.goal)
+
+    # 1. every layout with its default knobs and lightest fitting rung -> a shortlist of layouts
+    first: list[Scored] = []
+    for lay in layouts_for(ctx, sc.world):
+        disp, ov, dw, graphs = _default_knob(ctx, knobs, lay.ep * lay.etp)
+        cand = Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, disp, ov, dw, (None,) * 4, graphs)
+        cand = sc.lightest_fitting(cand, rungs_by_ov[ov])
+        scored = sc.score(cand)
+        if not scored.fits:  # the layout may still fit with the most frugal knobs: no overlap, no graphs
+            frugal = min(knobs, key=lambda k: (k[1], k[3] != "none", k[0] != "alltoall"))
+            cand = replace(cand, dispatcher=frugal[0], overlap=frugal[1], delay_wgrad=frugal[2], graphs=frugal[3],
+                           recompute=(None,) * 4)
+            alt = sc.score(sc.lightest_fitting(cand, rungs_by_ov[frugal[1]]))
+            scored = alt if alt.fits or alt.mem["total_gib"] < scored.mem["total_gib"] else scored
+        first.append(scored)
+    first.sort(key=key)
+    shortlist = {(s.cand.tp, s.cand.pp, s.cand.vpp, s.cand.ep, s.cand.etp, s.cand.cp) for s in first[:LAYOUT_SHORTLIST]}
+
+    # 2. the full knob product on the shortlisted layouts (and the anchor's)
+    anchor = match_anchor(ctx)
+    anchor_scored = None
+    if anchor is not None:
+        acand = anchor_candidate(ctx, anchor)
+        pinned = acand != anchor_candidate(ctx, anchor, pins=False)
+        anchor_scored = sc.score(acand, anchor["recipe"] + (" with the recipe's pins" if pinned else ""))
+        shortlist.add((acand.tp, acand.pp, acand.vpp, acand.ep, acand.etp, acand.cp))
+    pool: dict[Candidate, Scored] = {s.cand: s for s in first}
+    for lay in shortlist:
+        for disp, ov, dw, graphs in knobs:
+            cand = Candidate(*lay, dispatcher=disp, overlap=ov, delay_wgrad=dw, recompute=(None,) * 4, graphs=graphs)
+            cand = sc.lightest_fitting(cand, rungs_by_ov[ov])
+            if cand not in pool:
+                pool[cand] = sc.score(cand)
+    if anchor_scored is not None:
+        pool[anchor_scored.cand] = anchor_scored
+
+    # 3. rank, then rule-check best first until the winner and three runners-up are legal
+    ranked = sorted(pool.values(), key=key)
+    legal: list[Scored] = []
+    excluded: list[Scored] = []
+    seen: set[str] = set()
+    for s in ranked[:RULE_CHECK_LIMIT]:
+        if s.cand.label() in seen:
+            continue
+        seen.add(s.cand.label())
+        if sc.check(s):
+            if len(excluded) < 3:
+                excluded.append(s)
+            continue
+        legal.append(s)
+        if len(legal) >= 4 and (anchor_scored is None or anchor_scored.broken is not None):
+            break
+    if anchor_scored is not None:
+        sc.check(anchor_scored)
+    if not legal:  # nothing legal: the best-ranked one, so the rules can say why
+        legal = ranked[:1]
+    winner = legal[0]
+    if ctx.goal == "throughput" and anchor_scored is not None and not anchor_scored.broken and anchor_scored.fits \
+            and winner is not anchor_scored and winner.step > anchor_scored.step * (1 - trust_margin()):
+        legal = [anchor_scored] + [s for s in legal if s is not anchor_scored]
+        winner = anchor_scored
+    return SearchResult(winner, legal[1:4], excluded, anchor_scored, sc.count, any(s.fits for s in ranked))
+
+
+def min_gpus_that_fit(ctx: Context, limit_gpus: int = 16384) -> int | None:
+    """The smallest GPU count (whole nodes) on which some layout fits with the heaviest recompute."""
+    gpn = ctx["gpus_per_node"]
+    nodes = 1
+    while nodes * gpn <= limit_gpus:
+        world = nodes * gpn
+        sc = Scorer(ctx, world)
+        for lay in layouts_for(ctx, world):
+            cand = Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, "alltoall", False, False,
+                             _rungs(ctx, False)[-1], "none")
+            if sc.memory(cand)["total_gib"] <= sc.limit:
+                return world
+        nodes *= 2
+    return None
+
+
+def why_lost(loser: Scored, winner: Scored, margin: bool = False) -> str:
+    """One line: what makes ``loser`` worse than ``winner``."""
+    if loser.broken:
+        return "breaks " + ", ".join(loser.broken)
+    if not loser.fits:
+        return f"does not fit ({loser.mem['total_gib']:.1f} GiB)"
+    diff = {k: loser.est.terms.get(k, 0.0) - winner.est.terms.get(k, 0.0) for k in winner.est.terms if k != "a2a_total"}
+    term, delta = max(diff.items(), key=lambda kv: kv[1])
+    names = {"compute": "compute", "a2a_exposed": "exposed all-to-all", "overlap_slowdown": "SMs lost to overlapped "
+             "communication", "bubble": "pipeline bubble", "tp_cp": "TP/CP collectives", "host_bound": "host (CPU launch) time",
+             "pp_p2p": "pipeline sends", "dp_exposed": "exposed DP gradient/parameter traffic", "recompute": "recompute"}
+    slower = loser.step - winner.step
+    if margin and slower < 0:
+        return (f"predicted {-slower:.2f} s faster, within the model's {trust_margin():.0%} error of the shipped "
+                "recipe, which is measured")
+    return f"predicted {slower:+.2f} s/step ({names.get(term, term)} {delta:+.2f} s)"
+
+
+__all__ = ["SearchResult", "Scored", "Scorer", "anchors", "layouts_for", "match_anchor", "min_gpus_that_fit", "search",
+           "settings", "why_lost"]

@@ -1,0 +1,371 @@
+"""Step-time model: how long one training iteration of a candidate plan takes.
+
+A pure function of (model, hardware, candidate, batch shape, constants), built from
+first principles and a handful of constants fitted on published measurements
+(``data/steptime.yaml`` names each constant and what it was fitted on;
+``benchmarks/calibrate.py`` refits them and prints every row predicted vs measured).
+
+Terms, per GPU of the slowest pipeline stage, summed over the step:
+  compute      GEMM FLOPs (attention GQA/MLA, dense and expert MLPs, router, logits; backward
+               = 2x forward) at an achievable share of the GPU's dense peak that falls for small
+               GEMMs, plus memory-bound elementwise work (norms, activations, permutes) at HBM speed
+  recompute    the forward work the recompute plan replays
+  a2a          EP dispatch + combine, forward and backward, split into NVLink and network bytes by
+               where the EP group sits; flex backends send a token once per rank / node, alltoall
+               once per expert; each link at the dispatcher's efficiency
+  overlap      EP overlap hides part of the all-to-all behind the other micro-batch's compute (only
+               with >= 2 micro-batches in flight: PP 1 with >= 2 micro-batches, or PP > 1 with VPP),
+               and the communication kernels' SMs slow the compute they overlap
+  bubble       (PP - 1) / VPP micro-batch slots of the pipeline fill and drain
+  tp/cp/pp/dp  collectives: TP/SP all-gather + reduce-scatter, CP ring exchange, PP sends, the DP
+               gradient reduce-scatter and parameter all-gather beyond what one micro-batch hides
+  host         per-layer launch and synchronisation overhead of dropless MoE, cut by CUDA graphs
+Natural routing loads the busiest expert rank above the mean (expert compute and all-to-all);
+forced balancing removes that.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from mocompile.datafiles import load_yaml
+from mocompile.memory import _attention_params
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "steptime.yaml")
+FP8_PRECISIONS = ("fp8-cs", "fp8-ds", "fp8-blockwise", "mxfp8", "nvfp4")
+# Communication SMs a dispatcher's kernels occupy while they run (flex: its SM budget; NCCL: its channels).
+NCCL_A2A_SMS = 16
+# Published per-link efficiencies of the flex kernels (DeepEP README, H800: 153 of ~160 GB/s NVLink,
+# 43-58 of 50 GB/s RDMA in normal mode); HybridEP is documented at DeepEP's level on NVL8 and NVL72.
+FLEX_LINK_EFFICIENCY = {"deepep": 0.9, "hybridep": 0.9}
+COLLECTIVE_EFFICIENCY = 0.75   # NCCL ring all-gather / reduce-scatter bus efficiency on large messages
+HBM_EFFICIENCY = 0.7           # share of HBM bandwidth elementwise kernels reach
+HOST_P = 4.0                   # smooth max of GPU and host time per micro-batch
+GRAPH_CUT = {"none": 0.0, "te_rp": 0.5, "te_arp": 0.6, "full_iteration": 0.95}
+
+
+@dataclass(frozen=True, order=True)
+class Candidate:
+    """One point of the plan space: everything the step time depends on beyond the batch."""
+
+    tp: int = 1
+    pp: int = 1
+    vpp: int = 1
+    ep: int = 1
+    etp: int = 1
+    cp: int = 1
+    dispatcher: str = "alltoall"          # alltoall | deepep | hybridep | allgather
+    overlap: bool = False
+    delay_wgrad: bool = False
+    recompute: tuple[Any, ...] = (None, None, None, None)  # granularity, modules, method, num_layers
+    graphs: str = "none"                  # none | te_rp | te_arp | full_iteration
+    num_sms: int | None = None
+
+    def label(self) -> str:
+        rc = self.recompute[0] or "none"
+        if rc == "selective":
+            rc = "sel:" + ",".join(self.recompute[1] or [])
+        parts = [f"TP{self.tp}", f"PP{self.pp}"] + ([f"VPP{self.vpp}"] if self.vpp > 1 else []) + \
+            [f"EP{self.ep}"] + ([f"ETP{self.etp}"] if self.etp > 1 else []) + ([f"CP{self.cp}"] if self.cp > 1 else [])
+        return (" ".join(parts) + f", {self.dispatcher}, overlap {'on' if self.overlap else 'off'}"
+                + (" + dW" if self.delay_wgrad else "") + f", recompute {rc}, graphs {self.graphs}")
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The run shape the user fixed (never searched)."""
+
+    seq_length: int
+    micro_batch_size: int
+    global_batch_size: int
+    precision: str = "bf16"
+    force_balance: bool = False
+
+
+@dataclass
+class StepEstimate:
+    """Predicted iteration time with its named terms (seconds) and throughput figures."""
+
+    step_s: float
+    terms: dict[str, float]
+    tflops_per_gpu: float
+    tokens_per_s_per_gpu: float
+    flops_per_step: float
+    num_microbatches: int
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"step_time_s": round(self.step_s, 4), "tflops_per_gpu": round(self.tflops_per_gpu, 1),
+                "tokens_per_s_per_gpu": round(self.tokens_per_s_per_gpu, 1),
+                "num_microbatches": self.num_microbatches,
+                "terms_s": {k: round(v, 4) for k, v in self.terms.items()}}
+
+
+@functools.lru_cache(maxsize=1)
+def constants() -> dict[str, float]:
+    """The fitted constants (values only; provenance stays in the data file)."""
+    return {k: float(v["value"]) for k, v in load_yaml(DATA)["constants"].items()}
+
+
+# -- FLOPs --------------------------------------------------------------------------------------
+
+def _attn_dims(m: dict[str, Any]) -> tuple[int, int]:
+    """Per-head (QK, V) widths of the attention core."""
+    if m.get("attention") == "mla":
+        return m.get("qk_head_dim", 128) + m.get("qk_pos_emb_head_dim", 64), m["kv_channels"]
+    return m["kv_channels"], m["kv_channels"]
+
+
+@functools.lru_cache(maxsize=256)
+def _per_token(key: tuple[tuple[str, Any], ...], seq: int) -> dict[str, float]:
+    m = dict(key)
+    h, g = m["hidden_size"], (3 if m.get("gated_linear_unit", True) else 2)
+    dqk, dv = _attn_dims(m)
+    return {
+        "attn_proj": 2.0 * _attention_params(m),
+        "core_attn": float(seq) * m["num_attention_heads"] * (dqk + dv),  # causal: s/2 keys on average, 2 matmuls
+        "experts": 2.0 * g * h * m["moe_ffn_hidden_size"] * m["moe_router_topk"],
+        "shared": 2.0 * g * h * (m.get("shared_expert_size") or 0),
+        "router": 2.0 * h * m["num_moe_experts"],
+        "dense_mlp": 2.0 * g * h * m["ffn_hidden_size"],
+        "logits": 2.0 * h * m["vocab_size"],
+        "mtp_proj": 2.0 * 2 * h * h,
+    }
+
+
+def _model_key(m: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    keys = ("hidden_size", "gated_linear_unit", "attention", "kv_channels", "num_attention_heads", "num_query_groups",
+            "moe_ffn_hidden_size", "moe_router_topk", "shared_expert_size", "num_moe_experts", "ffn_hidden_size",
+            "vocab_size", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim")
+    return tuple((k, m.get(k)) for k in keys if m.get(k) is not None)
+
+
+def flops_per_token(m: dict[str, Any], seq: int) -> float:
+    """Model FLOPs per token of one training step (forward + backward = 3x forward), as Bridge counts them."""
+    f = _per_token(_model_key(m), seq)
+    n_moe, n_dense, mtp = _layers(m)
+    moe_layer = f["attn_proj"] + f["core_attn"] + f["experts"] + f["shared"] + f["router"]
+    dense_layer = f["attn_proj"] + f["core_attn"] + f["dense_mlp"]
+    fwd = n_moe * moe_layer + n_dense * dense_layer + mtp * (moe_layer + f["mtp_proj"]) + f["logits"] * (1 + mtp)
+    return 3.0 * fwd
+
+
+def _layers(m: dict[str, Any]) -> tuple[int, int, int]:
+    dense = m.get("first_k_dense") or 0
+    return m["num_layers"] - dense, dense, m.get("mtp_num_layers") or 0
+
+
+# -- the model -----------------------------------------------------------------------------------
+
+def _gemm_eff(rows: float, c: dict[str, float]) -> float:
+    """Achieved share of peak for GEMMs of ``rows`` tokens: saturates for large ones."""
+    return c["gemm_efficiency"] * rows / (rows + c["gemm_half_rows"])
+
+
+def _distinct(picks: float, bins: float) -> float:
+    """Expected number of distinct bins hit by ``picks`` uniform picks."""
+    if bins <= 1:
+        return min(1.0, picks)
+    return bins * (1.0 - (1.0 - 1.0 / bins) ** picks)
+
+
+def a2a_seconds(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, tokens: float, c: dict[str, float],
+                imbalance: float) -> float:
+    """One dispatch (or combine) of ``tokens`` local tokens, on the busiest rank."""
+    group = cand.ep * cand.etp
+    if group <= 1:
+        return 0.0
+    k = m["moe_router_topk"]
+    width = hw["nvlink_domain"] if hw.get("mnnvl") else hw["gpus_per_node"]
+    # Megatron ranks experts with their own generator (etp-ep-edp-pp): an EP group is ETP*EP
+    # consecutive ranks, so it fills a node (or an NVL72 domain) before it crosses the network.
+    local = max(1, min(cand.ep, width // cand.etp))
+    nodes = group / local
+    token_bytes = m["hidden_size"] * 2.0
+    if cand.dispatcher in FLEX_LINK_EFFICIENCY:
+        eff_nvl = eff_net = c.get(f"{cand.dispatcher}_efficiency", FLEX_LINK_EFFICIENCY[cand.dispatcher])
+        # once per destination node over the network, then once per destination rank inside a node
+        net_copies = _distinct(k, nodes) * (nodes - 1) / nodes if nodes > 1 else 0.0
+        nvl_copies = _distinct(k / nodes, local) * (local - 1) / local * nodes if local > 1 else 0.0
+        latency = c["flex_latency_s"]
+    else:
+        eff_nvl = eff_net = c["nccl_a2a_efficiency"]
+        nvl_copies = k * (local - 1) / group
+        net_copies = k * (group - local) / group
+        latency = c["nccl_latency_s"]
+        if cand.dispatcher == "allgather":  # every rank receives every token of the EP group
+            nvl_copies, net_copies = float(local - 1), float(group - local)
+    nvl = tokens * nvl_copies * token_bytes * imbalance / (hw["nvlink_gbps"] * 1e9 * eff_nvl)
+    net = tokens * net_copies * token_bytes * imbalance / (hw["nic_gbps"] * 1e9 * eff_net)
+    return max(nvl, net) + latency
+
+
+def _recompute_share(cand: Candidate, f: dict[str, float], m: dict[str, Any]) -> dict[str, float]:
+    """Which forward work the recompute plan replays, as multipliers per work kind."""
+    gran, mods = cand.recompute[0], set(cand.recompute[1] or [])
+    out = {"attn_gemm": 0.0, "core": 0.0, "experts": 0.0, "dense": 0.0, "elementwise": 0.0, "a2a": 0.0}
+    if gran == "full":
+        return {k: 1.0 for k in out}
+    if gran != "selective":
+        return out
+    if "core_attn" in mods:
+        out["core"] = 1.0
+    if "mla_up_proj" in mods and m.get("attention") == "mla":
+        out["attn_gemm"] = 0.6  # the q/kv up projections are most of MLA's projection FLOPs
+    if "mlp" in mods:
+        out["dense"] = 1.0
+    if "shared_experts" in mods:
+        out["experts"] += f["shared"] / max(1.0, f["experts"] + f["shared"])
+    if "moe" in mods:
+        out["experts"] = 1.0
+        out["a2a"] = 1.0
+        out["elementwise"] += 0.5
+    if "moe_act" in mods:
+        out["elementwise"] += 0.15
+    if "layernorm" in mods:
+        out["elementwise"] += 0.1
+    return out
+
+
+def estimate(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, batch: Batch,
+             world: int, c: dict[str, float] | None = None) -> StepEstimate:
+    """Predicted time of one iteration for ``cand`` on ``world`` GPUs."""
+    c = constants() if c is None else c
+    s, b = batch.seq_length, batch.micro_batch_size
+    dp = max(1, world // (cand.tp * cand.pp * cand.cp))
+    mb = max(1, batch.global_batch_size // max(1, b * dp))
+    f = _per_token(_model_key(m), s)
+    n_moe, n_dense, mtp = _layers(m)
+    fp8 = batch.precision in FP8_PRECISIONS
+    peak = hw["bf16_dense_tflops"] * 1e12 * (c["fp8_gain"] if fp8 else 1.0)
+    if hw.get("arch") == "blackwell":
+        peak *= c["blackwell_efficiency"]
+    imbalance = 1.0 if batch.force_balance else c["natural_imbalance"]
+
+    tokens = s * b / cand.cp                      # tokens of one micro-batch on this CP rank
+    per_rank = tokens / cand.tp                   # after the SP split: what the GPU computes / dispatches
+    e_dense = _gemm_eff(tokens, c)
+    rows_expert = per_rank * m["moe_router_topk"] * cand.ep / m["num_moe_experts"]
+    e_expert = _gemm_eff(rows_expert, c)
+    t_attn_gemm = per_rank * f["attn_proj"] / (peak * e_dense)
+    t_core = per_rank * f["core_attn"] / (peak * e_dense * c["attention_efficiency"])
+    t_experts = per_rank * (f["experts"] * imbalance) / (peak * e_expert)
+    t_shared = per_rank * (f["shared"] + f["router"]) / (peak * e_dense)
+    t_dense = per_rank * f["dense_mlp"] / (peak * e_dense)
+    h, k = m["hidden_size"], m["moe_router_topk"]
+    elem_bytes = 2.0 * per_rank * (24 * h + k * imbalance * (6 * h + 6 * m["moe_ffn_hidden_size"]))
+    t_elem = elem_bytes / (hw["hbm_tbps"] * 1e12 * HBM_EFFICIENCY)
+    t_logits = per_rank * f["logits"] / (peak * e_dense)
+
+    rc = _recompute_share(cand, f, m)
+    moe_fwd = t_attn_gemm + t_core + t_experts + t_shared + t_elem
+    dense_fwd = t_attn_gemm + t_core + t_dense + 0.5 * t_elem
+    moe_rc = (rc["attn_gemm"] * t_attn_gemm + rc["core"] * t_core + rc["experts"] * t_experts
+              + rc["elementwise"] * t_elem + (rc["dense"] if cand.recompute[0] == "full" else 0.0) * t_shared)
+    dense_rc = rc["attn_gemm"] * t_attn_gemm + rc["core"] * t_core + rc["dense"] * t_dense \
+        + rc["elementwise"] * 0.5 * t_elem
+
+    a2a_one = a2a_seconds(m, hw, cand, per_rank, c, imbalance)
+    a2a_layer = 4.0 * a2a_one * (1.0 + rc["a2a"] / 2)  # dispatch + combine, forward + backward (+ replay)
+
+    # TP/SP: all-gather + reduce-scatter around attention (and dense MLPs), forward and backward.
+    tp_layer = 0.0
+    if cand.tp > 1:
+        msg = tokens * h * 2.0 * (cand.tp - 1) / cand.tp
+        tp_layer = 4.0 * msg / (hw["nvlink_gbps"] * 1e9 * COLLECTIVE_EFFICIENCY)
+    cp_layer = 0.0
+    if cand.cp > 1:
+        kv = tokens * 2 * m["num_query_groups"] * m["kv_channels"] * 2.0 * (cand.cp - 1)
+        link = hw["nvlink_gbps"] if cand.tp * cand.cp <= hw["gpus_per_node"] else hw["nic_gbps"]
+        cp_layer = max(0.0, 3.0 * kv / (link * 1e9 * COLLECTIVE_EFFICIENCY) - 3.0 * t_core)
+
+    host_layer = c["host_s_per_layer"] * (1.0 - GRAPH_CUT.get(cand.graphs, 0.0))
+
+    def layer_time(moe: bool) -> tuple[float, float, float]:
+        fwd = moe_fwd if moe else dense_fwd
+        comp = 3.0 * fwd + (moe_rc if moe else dense_rc)
+        return comp, (a2a_layer if moe else 0.0), tp_layer + cp_layer
+
+    moe_c, moe_a, moe_o = layer_time(True)
+    den_c, _, den_o = layer_time(False)
+    n_moe_all = n_moe + mtp
+    total_c = n_moe_all * moe_c + n_dense * den_c + 3.0 * t_logits * (1 + mtp)
+    total_a = n_moe_all * moe_a
+    total_o = n_moe_all * moe_o + n_dense * den_o
+    # Share of the model on the slowest pipeline rank: balanced layouts count embedding and loss as a
+    # layer each (Bridge's account flags).
+    units = m["num_layers"] + mtp + 2
+    share = 1.0 if cand.pp == 1 else math.ceil(units / (cand.pp * cand.vpp)) * cand.vpp / units
+    comp, a2a, other = total_c * share, total_a * share, total_o * share
+
+    overlap_ok = cand.overlap and ((cand.pp == 1 and mb >= 2) or (cand.pp > 1 and cand.vpp > 1))
+    hidden, slowdown = 0.0, 0.0
+    if overlap_ok and a2a > 0:
+        hide = c["overlap_hide"] + (c["delay_wgrad_hide"] if cand.delay_wgrad else 0.0)
+        hidden = min(a2a, comp) * min(1.0, hide)
+        sms = cand.num_sms or (20 if cand.dispatcher == "deepep" else 32 if cand.dispatcher == "hybridep"
+                               else NCCL_A2A_SMS)
+        frac = min(0.5, sms / hw.get("sm_count", 132))
+        slowdown = hidden * frac / (1.0 - frac)
+    gpu_mb = comp + a2a - hidden + slowdown + other
+    # The CPU launches every kernel; dropless MoE syncs with the GPU each layer, so a micro-batch takes
+    # as long as the slower of the two. The overlapped schedule launches more (two micro-batches,
+    # explicit stream waits); CUDA graphs cut launches.
+    host_mb = (n_moe_all + n_dense) * share * host_layer * (c["overlap_host_factor"] if overlap_ok else 1.0)
+    per_mb = (gpu_mb ** HOST_P + host_mb ** HOST_P) ** (1.0 / HOST_P)
+    steady = mb * per_mb
+    bubble = (cand.pp - 1) / cand.vpp * per_mb if cand.pp > 1 else 0.0
+    pp_comm = 0.0
+    if cand.pp > 1:
+        msg = per_rank * h * 2.0
+        link = hw["nic_gbps"] if world > hw["gpus_per_node"] else hw["nvlink_gbps"]
+        exposed = 0.25 if cand.vpp > 1 else 1.0
+        pp_comm = 2.0 * mb * cand.vpp * msg / (link * 1e9) * exposed
+
+    dp_comm = _dp_exposed(m, hw, cand, world, dp, per_mb)
+    step = steady + bubble + pp_comm + dp_comm + c["step_overhead_s"]
+    flops = flops_per_token(m, s) * batch.global_batch_size * s
+    terms = {"compute": 0.0, "a2a_total": mb * a2a,
+             "a2a_exposed": mb * (a2a - hidden), "overlap_slowdown": mb * slowdown, "bubble": bubble,
+             "tp_cp": mb * other, "host_bound": mb * (per_mb - gpu_mb), "pp_p2p": pp_comm, "dp_exposed": dp_comm}
+    terms["recompute"] = mb * share * (n_moe_all * moe_rc + n_dense * dense_rc)
+    terms["compute"] = mb * comp - terms["recompute"]
+    notes = []
+    if cand.overlap and not overlap_ok:
+        notes.append("EP overlap has nothing to overlap (one micro-batch in flight)")
+    return StepEstimate(step, terms, flops / (world * step) / 1e12, batch.global_batch_size * s / (world * step), flops,
+                        mb, notes)
+
+
+def _dp_exposed(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, world: int, dp: int, per_mb: float) -> float:
+    """Gradient reduce-scatter + parameter all-gather beyond what one micro-batch's compute hides."""
+    from mocompile.memory import parameters
+
+    p = parameters(m)
+    share = 1.0 / cand.pp
+    dense = (p["attention"] + p["dense_mlp"] + p["shared"] + p["router"]) * share / cand.tp + p["embedding"] / cand.tp / cand.pp
+    experts = p["experts"] * share / (cand.ep * cand.etp)
+    edp = max(1, world // (cand.ep * cand.etp * cand.pp))
+    t = 0.0
+    for params, group in ((dense, dp), (experts, edp)):
+        if group <= 1:
+            continue
+        spans = world > hw["gpus_per_node"]
+        link = hw["nic_gbps"] if spans else hw["nvlink_gbps"]
+        # bf16 gradients reduce-scattered, bf16 parameters all-gathered (distributed optimizer)
+        t += 2 * params * 2.0 * (group - 1) / group / (link * 1e9 * COLLECTIVE_EFFICIENCY)
+    return max(0.0, t - per_mb)
+
+
+def with_constants(base: dict[str, float], **changes: float) -> dict[str, float]:
+    out = dict(base)
+    out.update(changes)
+    return out
+
+
+__all__ = ["Batch", "Candidate", "StepEstimate", "a2a_seconds", "constants", "estimate", "flops_per_token",
+           "replace", "with_constants"]

@@ -1,0 +1,163 @@
+"""The step-time model against hand-computed small cases: each term does what the physics says."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from mocompile import steptime
+from mocompile.catalogue import _defaults, gpus
+from mocompile.steptime import Batch, Candidate
+
+# A toy MoE small enough to count by hand: h=1024, 16 heads of 64, 4 KV groups, 8 experts of 512, top-2.
+TOY = _defaults({"id": "toy", "num_layers": 4, "hidden_size": 1024, "num_attention_heads": 16,
+                 "num_query_groups": 4, "kv_channels": 64, "num_moe_experts": 8, "moe_router_topk": 2,
+                 "moe_ffn_hidden_size": 512, "vocab_size": 1000})
+# Constants chosen so hand arithmetic is easy: perfect GEMMs, no host time, no fixed overhead.
+EASY = dict(steptime.constants(), gemm_efficiency=1.0, gemm_half_rows=0.0, attention_efficiency=1.0,
+            host_s_per_layer=0.0, step_overhead_s=0.0, nccl_latency_s=0.0, flex_latency_s=0.0,
+            natural_imbalance=1.5, overlap_hide=1.0, delay_wgrad_hide=0.0, nccl_a2a_efficiency=1.0,
+            overlap_host_factor=1.0)
+
+
+def hw(**over):
+    h = dict(gpus()["h100"], id="h100")
+    h.update(over)
+    return h
+
+
+def test_flops_per_token_counts_attention_experts_router_and_logits_three_times():
+    h, s = 1024, 128
+    attn_params = h * (16 * 64 + 2 * 4 * 64) + 16 * 64 * h       # QKV + output projection
+    core = s * 16 * (64 + 64)                                       # causal: s/2 keys, QK^T and AV, 2 FLOPs each
+    experts = 2 * 3 * h * 512 * 2                                   # gated MLP (3 GEMMs), top-2
+    router = 2 * h * 8
+    logits = 2 * h * 1000
+    fwd = 4 * (2 * attn_params + core + experts + router) + logits
+    assert steptime.flops_per_token(TOY, s) == pytest.approx(3 * fwd)
+
+
+def test_mla_uses_qk_and_v_head_widths_for_the_attention_core():
+    mla = dict(TOY, attention="mla", kv_channels=128)
+    # core per token = s * heads * (d_qk + d_v); MLA's d_qk = 128 + 64 (nope + rope), d_v = 128
+    per_token_core = 256 * 16 * (192 + 128)
+    gqa = dict(TOY, kv_channels=128)
+    diff = steptime.flops_per_token(mla, 256) - steptime.flops_per_token(gqa, 256)
+    gqa_core = 256 * 16 * 256
+    attn_param_diff = 3 * 4 * 2 * (steptime._attention_params(mla) - steptime._attention_params(gqa))
+    assert diff == pytest.approx(3 * 4 * (per_token_core - gqa_core) + attn_param_diff)
+
+
+def test_alltoall_sends_each_copy_that_leaves_the_gpu_over_nvlink_inside_a_node():
+    """EP 2 on one node, top-2: of 2 copies per token, half go to the peer (1 copy), over NVLink."""
+    cand = Candidate(ep=2, dispatcher="alltoall")
+    tokens = 4096
+    t = steptime.a2a_seconds(TOY, hw(gpus_per_node=8), cand, tokens, EASY, 1.0)
+    assert t == pytest.approx(tokens * 1 * 1024 * 2 / (450e9 * 1.0))
+
+
+def test_alltoall_beyond_a_node_pays_the_nic_for_the_remote_share():
+    """EP 16 over two 8-GPU nodes, top-2: 2 * 8/16 = 1 copy per token leaves the node at 50 GB/s."""
+    cand = Candidate(ep=16, dispatcher="alltoall")
+    t = steptime.a2a_seconds(TOY, hw(gpus_per_node=8), cand, 1000, EASY, 1.0)
+    net = 1000 * (2 * 8 / 16) * 2048 / 50e9
+    nvl = 1000 * (2 * 7 / 16) * 2048 / 450e9
+    assert t == pytest.approx(max(net, nvl))
+
+
+def test_flex_dispatch_sends_a_token_once_per_remote_node_not_once_per_expert():
+    a2a = steptime.a2a_seconds(TOY, hw(), Candidate(ep=16, dispatcher="alltoall"), 1000, EASY, 1.0)
+    flex = steptime.a2a_seconds(TOY, hw(), Candidate(ep=16, dispatcher="hybridep"),
+                                1000, dict(EASY, hybridep_efficiency=1.0), 1.0)
+    # 2 nodes, top-2: expected distinct remote nodes = 2 * (1 - (1/2)^2) * 1/2 = 0.75 < 1 copy for alltoall
+    assert flex == pytest.approx(1000 * 0.75 * 2048 / 50e9)
+    assert flex < a2a
+
+
+def test_natural_routing_loads_the_busiest_rank_by_the_imbalance_factor():
+    cand = Candidate(ep=2)
+    b_forced = Batch(1024, 1, 8, force_balance=True)
+    b_natural = replace(b_forced, force_balance=False)
+    t_forced = steptime.estimate(TOY, hw(), cand, b_forced, 2, EASY).terms["a2a_total"]
+    t_natural = steptime.estimate(TOY, hw(), cand, b_natural, 2, EASY).terms["a2a_total"]
+    assert t_natural == pytest.approx(1.5 * t_forced)
+
+
+def test_ep_overlap_needs_two_micro_batches_in_flight():
+    """PP 1: the combined 1F1B schedule overlaps micro-batch i's all-to-all with i+1's compute."""
+    one = Batch(1024, 1, 2, force_balance=True)      # DP 2 -> one micro-batch per step
+    two = Batch(1024, 1, 4, force_balance=True)      # two micro-batches
+    cand = Candidate(ep=2, dispatcher="alltoall", overlap=True)
+    e1 = steptime.estimate(TOY, hw(), cand, one, 2, EASY)
+    e2 = steptime.estimate(TOY, hw(), cand, two, 2, EASY)
+    assert e1.terms["a2a_exposed"] == pytest.approx(e1.terms["a2a_total"])
+    assert e1.notes and "nothing to overlap" in e1.notes[0]
+    assert e2.terms["a2a_exposed"] < e2.terms["a2a_total"]
+
+
+def test_ep_overlap_with_pipelining_needs_vpp():
+    b = Batch(1024, 1, 64, force_balance=True)
+    plain = steptime.estimate(TOY, hw(), Candidate(pp=2, ep=2, overlap=True), b, 8, EASY)
+    inter = steptime.estimate(TOY, hw(), Candidate(pp=2, vpp=2, ep=2, overlap=True), b, 8, EASY)
+    assert plain.terms["a2a_exposed"] == pytest.approx(plain.terms["a2a_total"])
+    assert inter.terms["a2a_exposed"] < inter.terms["a2a_total"]
+
+
+def test_bubble_is_pp_minus_one_over_vpp_micro_batch_slots():
+    b = Batch(1024, 1, 32, force_balance=True)
+    e = steptime.estimate(TOY, hw(), Candidate(pp=4, vpp=1, ep=1), b, 4, EASY)
+    per_mb = (e.step_s - e.terms["bubble"] - e.terms["pp_p2p"] - e.terms["dp_exposed"]) / e.num_microbatches
+    assert e.terms["bubble"] == pytest.approx(3 * per_mb)
+    e2 = steptime.estimate(TOY, hw(), Candidate(pp=4, vpp=2, ep=1), b, 4, EASY)
+    per_mb2 = (e2.step_s - e2.terms["bubble"] - e2.terms["pp_p2p"] - e2.terms["dp_exposed"]) / e2.num_microbatches
+    assert e2.terms["bubble"] == pytest.approx(1.5 * per_mb2)
+
+
+def test_recompute_adds_forward_work_and_full_adds_most():
+    b = Batch(2048, 1, 8, force_balance=True)
+    c = dict(EASY)
+    none = steptime.estimate(TOY, hw(), Candidate(ep=2), b, 2, c)
+    sel = steptime.estimate(TOY, hw(), Candidate(ep=2, recompute=("selective", ("core_attn",), None, None)), b, 2, c)
+    full = steptime.estimate(TOY, hw(), Candidate(ep=2, recompute=("full", None, "uniform", 1)), b, 2, c)
+    assert none.terms["recompute"] == 0
+    assert 0 < sel.terms["recompute"] < full.terms["recompute"]
+    # full recompute replays one forward: about a third of fwd+bwd compute
+    assert full.terms["recompute"] == pytest.approx(none.terms["compute"] / 3, rel=0.15)
+
+
+def test_cuda_graphs_cut_host_time_and_the_slower_of_host_and_gpu_sets_the_pace():
+    c = dict(EASY, host_s_per_layer=1.0)       # absurdly slow CPU: host-bound
+    b = Batch(128, 1, 2, force_balance=True)
+    eager = steptime.estimate(TOY, hw(), Candidate(ep=1), b, 1, c)
+    graphs = steptime.estimate(TOY, hw(), Candidate(ep=1, graphs="te_rp"), b, 1, c)
+    assert eager.step_s == pytest.approx(2 * 4 * 1.0, rel=0.01)            # 2 micro-batches x 4 layers x 1 s
+    assert graphs.step_s == pytest.approx(2 * 4 * 0.5, rel=0.01)           # router+preprocess graphs: half
+
+
+def test_fp8_speeds_up_gemms_but_not_communication():
+    b16 = Batch(2048, 1, 8, "bf16", True)
+    b8 = replace(b16, precision="fp8-cs")
+    cand = Candidate(ep=16)
+    e16 = steptime.estimate(TOY, hw(), cand, b16, 16, EASY)
+    e8 = steptime.estimate(TOY, hw(), cand, b8, 16, EASY)
+    assert e8.terms["compute"] < e16.terms["compute"]
+    assert e8.terms["a2a_total"] == pytest.approx(e16.terms["a2a_total"])
+
+
+def test_tflops_and_tokens_per_second_follow_from_the_step_time():
+    b = Batch(1024, 2, 64, force_balance=True)
+    e = steptime.estimate(TOY, hw(), Candidate(ep=4), b, 8, EASY)
+    assert e.tokens_per_s_per_gpu == pytest.approx(64 * 1024 / (8 * e.step_s))
+    assert e.tflops_per_gpu == pytest.approx(steptime.flops_per_token(TOY, 1024) * 64 * 1024 / (8 * e.step_s) / 1e12)
+
+
+
+def test_the_named_terms_add_up_to_the_step():
+    """explain shows the terms; they must account for the whole predicted step (a2a_total is a total, not a term)."""
+    b = Batch(2048, 1, 32, force_balance=False)
+    cand = Candidate(tp=2, pp=2, vpp=2, ep=4, overlap=True, recompute=("selective", ("core_attn",), None, None))
+    c = dict(steptime.constants())
+    e = steptime.estimate(TOY, hw(), cand, b, 16, c)
+    parts = sum(v for k, v in e.terms.items() if k != "a2a_total")
+    assert parts + c["step_overhead_s"] == pytest.approx(e.step_s)
