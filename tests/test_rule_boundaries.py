@@ -402,3 +402,23 @@ def test_derived_layout_is_legal_and_balanced(pp, vpp, layers, mtp):
 
 def test_deepseek_v3_layout_on_pp8_vpp4():
     assert derive(8, 4, 61, 1) == "Et|(tt|)*30mL"
+
+
+@pytest.mark.parametrize("pp,vpp,layers,expect", [(2, 1, 8, True), (3, 1, 8, False), (2, 2, 8, True),
+                                                    (2, 2, 6, False), (2, 3, 6, True), (1, 1, 7, True)])
+def test_even_split_needs_layers_divisible_by_pp_then_vpp(pp, vpp, layers, expect):
+    from mocompile.layout import even
+    assert even(pp, vpp, layers) is expect
+
+
+def test_split_shares_normalise_and_an_all_zero_split_has_none():
+    from mocompile.rules.checks import split_share
+    assert split_share("99,1,0", 1) == pytest.approx(0.01)
+    assert split_share("2,2", 2) == 0.0
+    assert split_share("0,0,0", 1) is None
+    assert split_share(None, 0) is None
+
+
+def test_unknown_message_placeholder_is_left_as_written():
+    from mocompile.rules.engine import _Safe
+    assert "{a} and {b}".format_map(_Safe(a=1)) == "1 and {b}"

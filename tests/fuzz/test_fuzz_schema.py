@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from typing import Any
 
 import pytest
@@ -98,9 +97,10 @@ def test_schema_keyed_overrides_give_a_plan_or_a_clean_error(work):
     assert {"plan", "input"} <= set(stat.outcomes), stat.outcomes
 
 
-@pytest.mark.xfail(strict=True, reason="hardware.nodes has no upper bound in the schema and the planner lists the "
-                                       "world size's divisors one by one (resolve/search.py): 10**10 nodes takes "
-                                       "minutes; reported to the planner's owner")
+@pytest.mark.xfail(strict=True, raises=TimeoutError,
+                   reason="hardware.nodes has no upper bound in the schema and the planner lists the world size's "
+                          "divisors one by one (resolve/search.py): 10**10 nodes takes minutes; reported to the "
+                          "planner's owner. When this passes, drop the mark and OPEN_BOUNDS in schema_strategy.py")
 def test_huge_cluster_is_planned_or_refused_quickly(tmp_path):
     import multiprocessing as mp
 
@@ -108,10 +108,10 @@ def test_huge_cluster_is_planned_or_refused_quickly(tmp_path):
     path.write_text((RECIPES / "tiny-moe-h100x2.yaml").read_text())
     proc = mp.get_context("spawn").Process(target=compile_text, args=(path.read_bytes(), path,
                                                                        ["hardware.nodes=10000000000"]))
-    start = time.perf_counter()
     proc.start()
     proc.join(10 * SLOW_S)
     if proc.is_alive():
         proc.kill()
         proc.join()
-    assert time.perf_counter() - start < 5 * SLOW_S and proc.exitcode == 0
+        raise TimeoutError("10**10 nodes: still planning after 10 s")
+    assert proc.exitcode == 0  # a crash is a real failure, not this known slowness

@@ -1,0 +1,56 @@
+"""Re-run the surviving mutants of cosmic-ray sessions against the tests as they are now.
+
+    python benchmarks/mutation/retest_survivors.py SESSION.sqlite...
+
+A full run takes an hour; after tests are added for its survivors, this replays only those
+(each stored diff applied with `patch` to a fresh snapshot of the committed tree, the session's
+test command run, the diff reverted) and marks the newly killed ones KILLED in the session, with
+"retested" in the output column so the report can say which kills came later.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def snapshot(dest: Path) -> None:
+    archive = subprocess.run(["git", "archive", "HEAD", "compiler", "tests", "recipes", "schemas", "pyproject.toml",
+                              "README.md"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+
+
+def main(sessions: list[str]) -> int:
+    for session in sessions:
+        config = tomllib.loads((Path(session).parent / "cr.toml").read_text())
+        command = config["cosmic-ray"]["test-command"]
+        db = sqlite3.connect(session)
+        survivors = db.execute("select job_id, diff from work_results where test_outcome = 'SURVIVED'").fetchall()
+        killed = 0
+        with tempfile.TemporaryDirectory(prefix="mocompile-retest-") as tmp:
+            work = Path(tmp)
+            snapshot(work)
+            for job_id, diff in survivors:
+                body = diff.split("--- mutation diff ---\n", 1)[-1]
+                subprocess.run(["patch", "-p1", "-s"], cwd=work, input=body, text=True, check=True)
+                try:
+                    proc = subprocess.run(command, shell=True, cwd=work, capture_output=True, text=True, timeout=600)
+                finally:
+                    subprocess.run(["patch", "-p1", "-R", "-s"], cwd=work, input=body, text=True, check=True)
+                if proc.returncode != 0:
+                    killed += 1
+                    db.execute("update work_results set test_outcome = 'KILLED', output = 'retested: ' || output "
+                               "where job_id = ?", (job_id,))
+                    db.commit()
+        print(f"{session}: {len(survivors)} survivors re-run, {killed} now killed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
