@@ -45,6 +45,7 @@ rm -rf "${run_dir}"
 t0=$SECONDS
 MOCOMPILE_METRICS="${out}/a.jsonl" bash "${launcher}" >"${logs}/a.log" 2>&1
 echo "A: rc=$? in $((SECONDS - t0)) s; tracker: $(cat "${tracker}" 2>/dev/null)"
+tar -czf "${out}/logs.tar.gz" -C "${logs}" .  # refreshed after each phase: a time-out still returns logs
 
 rm -rf "${run_dir}"
 t0=$SECONDS
@@ -58,6 +59,7 @@ done
 mapfile -t pids < <(descendants "${launch}")
 kill -KILL "${pids[@]}" "${launch}" 2>/dev/null
 wait "${launch}" 2>/dev/null
+tar -czf "${out}/logs.tar.gz" -C "${logs}" .
 echo "B1: killed after $((SECONDS - t0)) s at tracker $(cat "${tracker}" 2>/dev/null); last metric: $(tail -1 "${out}/b1.jsonl" 2>/dev/null)"
 
 t0=$SECONDS
