@@ -433,3 +433,12 @@ def test_split_shares_normalise_and_an_all_zero_split_has_none():
 def test_unknown_message_placeholder_is_left_as_written():
     from mocompile.rules.engine import _Safe
     assert "{a} and {b}".format_map(_Safe(a=1)) == "1 and {b}"
+
+
+def test_every_message_placeholder_has_a_value(base):
+    """A misspelt `{field}` in a catalogue message would reach the user verbatim."""
+    from mocompile.rules.engine import _Safe, context
+    ctx = context({**base, "pipeline_model_parallel_layout": "Et|tL", "pipeline_model_parallel_size": 2})
+    for rule in by_id().values():
+        text = rule.message.format_map(_Safe(ctx))
+        assert "{" not in text, f"{rule.id}: {text}"
