@@ -20,7 +20,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 DEEPEP_WHEEL_OUT="${OUT}" RUN_BENCH=0 bash benchmarks/gpu/run.sh
 echo "issue10: run.sh (prepare+DeepEP) rc=$? at $((SECONDS - t0)) s"
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:${PYTHONPATH}}
-export CUDA_HOME="$(readlink -f "${CUDA_HOME:-/usr/local/cuda}")"
+CUDA_HOME="$(readlink -f "${CUDA_HOME:-/usr/local/cuda}")"
+export CUDA_HOME
 if [[ "${hmin}" == "1" ]]; then
   mkdir -p /tmp/hmin
   for mode in megatron default sidestream; do
@@ -33,16 +34,16 @@ if [[ "${hmin}" == "1" ]]; then
   done
   tar czf "${OUT}/hybridep-min-${tag}.tar.gz" -C /tmp hmin
 fi
-nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader -lms 500 > /tmp/smi-${tag}.csv 2>/dev/null &
+nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader -lms 500 > "/tmp/smi-${tag}.csv" 2>/dev/null &
 smi=$!
 left=$((deadline - (SECONDS - t0)))
 echo "issue10: grid with ${left} s left (start no run after that)"
-python3 benchmarks/gpu/run_bench.py --deepep-status "$(ls -t /tmp/deepep_status.*.json | head -1)" \
+python3 benchmarks/gpu/run_bench.py --deepep-status "$(find /tmp -maxdepth 1 -name 'deepep_status.*.json' -printf '%T@ %p\n' | sort -rn | head -1 | cut -d' ' -f2)" \
   --host-tag "${tag}" --only "${variants}" --repeats "${repeats}" --first-round "${first}" \
   --warmup 4 --timeout 240 --deadline "${left}" --logs "/tmp/bench-logs-${tag}"
 echo "issue10: run_bench rc=$? at $((SECONDS - t0)) s"
 kill "${smi}" 2>/dev/null
-gzip -c /tmp/smi-${tag}.csv > "${OUT}/smi-${tag}.csv.gz"
+gzip -c "/tmp/smi-${tag}.csv" > "${OUT}/smi-${tag}.csv.gz"
 cp "benchmarks/results/${tag}.json" "${OUT}/" 2>/dev/null
 cp "benchmarks/results/logs/${tag}.tar.gz" "${OUT}/logs-${tag}.tar.gz" 2>/dev/null
 ls -la "${OUT}"

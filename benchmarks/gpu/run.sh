@@ -30,7 +30,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 # PREPARE=auto (default) skips prepare_host.sh when this SITE was already prepared from the same
 # wheel set on this host (a second call on a still-warm machine); PREPARE=always forces it.
 stamp="${SITE}/.mocompile-prepared"
-want="$(cd "${WHEEL_DIR}" 2>/dev/null && ls -1 ./*.whl 2>/dev/null | md5sum | cut -c1-16 || echo none)"
+want="$(find "${WHEEL_DIR}" -maxdepth 1 -name '*.whl' -printf '%f\n' 2>/dev/null | sort | md5sum | cut -c1-16)"
 if [[ "${PREPARE:-auto}" == "always" || ! -f "${stamp}" || "$(cat "${stamp}")" != "${want}" ]]; then
   bash "${here}/prepare_host.sh" "${WHEEL_DIR}" "${SITE}"
   echo "${want}" > "${stamp}"
