@@ -82,9 +82,12 @@ def busy_share(run: dict[str, Any], smi: list[tuple[float, int, float]], warmup:
     return statistics.fmean(window) if window else None
 
 
+LOCKS = REPO / "generated"
+
+
 def lock_predictions(variant: str) -> dict[str, Any]:
-    path = REPO / "generated" / variant / "mocompile.lock.json"
-    out: dict[str, Any] = {"lock": str(path.relative_to(REPO)), "found": path.exists()}
+    path = LOCKS / variant / "mocompile.lock.json"
+    out: dict[str, Any] = {"lock": str(path), "found": path.exists()}
     if not path.exists():
         return out
     lock = json.loads(path.read_text())
@@ -155,7 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--call", action="append", required=True, help="results JSON[:smi csv(.gz)] of one device call")
     ap.add_argument("--auto", default="bench-mid-auto")
     ap.add_argument("--note", action="append", default=[])
+    ap.add_argument("--locks", default=str(REPO / "generated"),
+                    help="folder of compiled recipes to read predictions from (default: generated/)")
     args = ap.parse_args(argv)
+    global LOCKS
+    LOCKS = Path(args.locks).resolve()
 
     variants: dict[str, dict[str, Any]] = {}
     calls = []
@@ -299,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         checks["memory_at_run_within_10pct"] = all(v is not None and abs(v) <= 10 for v in mem_run.values())
     doc = {"schema": 1, "gpu": gpu, "gpu_count": calls[0]["host"].get("gpu_count"),
            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-           "notes": args.note, "calls": calls, "variants": variants, "checks": checks,
+           "notes": args.note, "predictions_from": str(LOCKS), "calls": calls, "variants": variants, "checks": checks,
            "method": {
                "step_time": "rank-0 wall time between Bridge's step callbacks with torch.cuda.synchronize(); "
                             "per run: median of the steps after the first 4; per variant: median of the run medians, "
