@@ -114,7 +114,9 @@ BOUNDARIES = [
     ("PP004", dict(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2),
      dict(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2, overlap_p2p_comm=True)),
     ("PP004", dict(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2),
-     dict(pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=2)),
+     dict(pipeline_model_parallel_size=3, virtual_pipeline_model_parallel_size=2)),
+    ("PP004", dict(pipeline_model_parallel_size=1, virtual_pipeline_model_parallel_size=2),
+     dict(pipeline_model_parallel_size=1, virtual_pipeline_model_parallel_size=2, overlap_p2p_comm=True)),
     # PP005 interleaving needs micro-batches >= PP: equal is legal
     ("PP005", dict(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2, overlap_p2p_comm=True,
                    data_parallel_size=4, global_batch_size=4),
@@ -159,6 +161,7 @@ BOUNDARIES = [
     ("DSP003", dict(**FLEX_DEEPEP, expert_model_parallel_size=3, world_size=24, nvlink_domain=72),
      dict(**FLEX_DEEPEP, expert_model_parallel_size=2, world_size=24, nvlink_domain=72)),
     ("DSP004", dict(**FLEX_DEEPEP, expert_model_parallel_size=1), dict(**FLEX_DEEPEP, expert_model_parallel_size=2)),
+    ("DSP004", dict(**FLEX_DEEPEP, expert_model_parallel_size=1), dict(expert_model_parallel_size=1)),
     ("DSP005", dict(**FLEX_HYBRIDEP, expert_model_parallel_size=4), dict(**FLEX_HYBRIDEP, expert_model_parallel_size=8)),
     ("DSP006", dict(**FLEX_DEEPEP, expert_model_parallel_size=16, world_size=16),
      dict(**FLEX_DEEPEP, expert_model_parallel_size=8, world_size=16)),
@@ -195,6 +198,8 @@ BOUNDARIES = [
      dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)),
     ("RC008", dict(fp8="tensorwise", te_version="2.5.0", recompute_granularity="selective", recompute_modules=["moe_act"]),
      dict(fp8="tensorwise", te_version="2.6.0", recompute_granularity="selective", recompute_modules=["moe_act"])),
+    ("RC008", dict(fp8="tensorwise", te_version="2.5.0", recompute_granularity="selective", recompute_modules=["moe_act"]),
+     dict(fp8="tensorwise", te_version="2.5.0")),
     ("CG001", dict(cuda_graph_impl="local"), dict(cuda_graph_impl="none")),
     ("CG001", dict(cuda_graph_impl="local"), dict(cuda_graph_impl="full_iteration")),
     ("CG002", dict(cuda_graph_impl="full_iteration", cuda_graph_modules=["attn"]),
@@ -271,7 +276,11 @@ BOUNDARIES = [
     ("CKPT004", dict(save="/ckpt", save_interval=101), dict(save="/ckpt", save_interval=100)),
     ("CKPT005", dict(ckpt_format="fsdp_dtensor", save="/ckpt"), dict(ckpt_format="fsdp_dtensor")),
     ("CKPT006", dict(ckpt_format="torch_dcp", save="/ckpt"), dict(ckpt_format="torch_dist", save="/ckpt")),
+    ("CKPT006", dict(ckpt_format="torch", load="/ckpt"), dict(ckpt_format="torch")),
+    ("CKPT006", dict(ckpt_format="torch", pretrained_checkpoint="/base"), dict(ckpt_format="torch")),
     ("LOG001", dict(log_interval=101), dict(log_interval=100)),
+    ("LOG001", dict(log_interval=2, train_iters=1), dict(log_interval=None, train_iters=1)),
+    ("CKPT007", dict(load="/ckpt", save="/ckpt", te_version=None), dict(load="/ckpt", save="/ckpt")),
 ]
 
 
@@ -279,6 +288,8 @@ BOUNDARIES = [
                          ids=[f"{r}-{'-'.join(f'{k}={v}' for k, v in f.items() if k not in OVERLAP)[:60]}"
                               for r, f, _ in BOUNDARIES])
 def test_rule_boundary(base, rule, fails, passes):
+    if rule not in by_id():
+        pytest.skip(f"{rule} is not in this catalogue yet")
     assert broken(base, rule, **fails), f"{rule} should fire on {fails}"
     assert not broken(base, rule, **passes), f"{rule} should be quiet on {passes}"
 
@@ -427,6 +438,7 @@ def test_split_shares_normalise_and_an_all_zero_split_has_none():
     assert split_share("99,1,0", 1) == pytest.approx(0.01)
     assert split_share("2,2", 2) == 0.0
     assert split_share("0,0,0", 1) is None
+    assert split_share("1,1,2,4", 0) == 0.25  # a fourth part is ignored
     assert split_share(None, 0) is None
 
 
