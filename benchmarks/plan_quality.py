@@ -89,15 +89,17 @@ def agreement(rows: list[dict[str, Any]], model_only: bool) -> tuple[list[str], 
         else:
             got, planner, errors = planned(intent_text(a))
         want = shipped(a)
-        g = GROUP[a["precision"]]
-        stats[g]["n"] += 1
+        groups = [GROUP[a["precision"]]] + ([GROUP[a["precision"]] + " (Adam)"] if a.get("optimizer") == "adam" else [])
+        for g in groups:
+            stats[g]["n"] += 1
         if got is None:
             disagreements.append({"recipe": a["recipe"], "why": errors})
             continue
         same = {f: got[f] == want[f] for f in FIELDS}
-        for f in FIELDS:
-            stats[g][f] += same[f]
-        stats[g]["all"] += all(same.values())
+        for g in groups:
+            for f in FIELDS:
+                stats[g][f] += same[f]
+            stats[g]["all"] += all(same.values())
         if not all(same.values()):
             anchor = (planner or {}).get("anchor") or {}
             disagreements.append({"recipe": a["recipe"], "fields": [f for f in FIELDS if not same[f]],
@@ -107,13 +109,15 @@ def agreement(rows: list[dict[str, Any]], model_only: bool) -> tuple[list[str], 
                                   "shipped_state": ("breaks " + ",".join(anchor["broken"]) if anchor.get("broken")
                                                     else "does not fit" if anchor and not anchor.get("fits") else ""),
                                   "errors": errors})
-    lines = [f"{'group':<6} {'n':>3} " + " ".join(f"{f:>11}" for f in FIELDS + ("all four",))]
-    for g in ("BF16", "FP8", "NVFP4"):
+    lines = [f"{'group':<13} {'n':>3} " + " ".join(f"{f:>11}" for f in FIELDS + ("all four",))]
+    for g in ("BF16", "FP8", "NVFP4", "BF16 (Adam)", "FP8 (Adam)", "NVFP4 (Adam)"):
         s = stats.get(g)
         if not s:
             continue
         n = s["n"]
-        lines.append(f"{g:<6} {n:>3} " + " ".join(f"{s[f]:>4}/{n:<3}{s[f] / n:>4.0%}" for f in FIELDS + ("all",)))
+        lines.append(f"{g:<13} {n:>3} " + " ".join(f"{s[f]:>4}/{n:<3}{s[f] / n:>4.0%}" for f in FIELDS + ("all",)))
+    lines.append("(Adam) = recipes whose optimizer mocompile emits; Kimi-K2's recipes train with Muon, so mocompile "
+                 "has no comparable anchor for them and plans them with its model alone")
     return lines, disagreements
 
 

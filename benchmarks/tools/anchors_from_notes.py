@@ -69,7 +69,10 @@ def parse(text: str) -> tuple[list[dict], list[str]]:
             recompute = [] if mods == "[]" else mods.split(",")
         layout = re.search(r"layout `([^`]+)`", notes)
         sms = re.search(r"SMs=(\d+)", notes)
+        # Kimi-K2's perf recipes all train with dist_muon (notes §4); the others with distributed Adam.
+        optimizer = "muon" if family[0] == "kimi-k2" else "adam"
         out.append({"recipe": name, "module": family[2], "model": family[0], "gpu": gpu, "gpus": n,
+                    "optimizer": optimizer,
                     "precision": PRECISION[prec], "variant": variant,
                     "tp": int(tp), "pp": int(pp), "vpp": 1 if vp == "-" else int(vp), "ep": int(ep),
                     "etp": int(etp), "cp": int(cp), "mbs": int(mbs), "gbs": int(gbs),

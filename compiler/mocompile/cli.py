@@ -12,7 +12,7 @@ from mocompile import __version__, formats
 from mocompile.errors import EXIT_CLEAN, EXIT_INPUT, EXIT_INTERNAL, InputError, UsageError
 from mocompile.ir import Diagnostic
 
-VERBS = ("compile", "lint", "check", "explain", "schema", "rules", "models")
+VERBS = ("compile", "lint", "check", "explain", "schema", "rules", "models", "init")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -61,6 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("rules", help="list the rule catalogue")
     _common(p, ("auto", "text", "json", "markdown"))
     sub.add_parser("models", help="list the model and GPU catalogues")
+    p = sub.add_parser("init", help="write an intent pinned to one of Bridge's tuned perf recipes")
+    p.add_argument("--from", dest="recipe", help="the Bridge perf recipe, e.g. qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config")
+    p.add_argument("--gpus", type=int, default=None, help="weak-scale to this many GPUs (DP and global batch grow)")
+    p.add_argument("-o", "--output", default=None, help="write the intent here (default: stdout); never overwrites")
+    p.add_argument("--list", action="store_true", help="list the recipes mocompile knows")
     return parser
 
 
@@ -97,7 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.verb is None:
             build_parser().print_help()
             return EXIT_INPUT
-        from mocompile import commands
+        from mocompile import commands, plancache
+        plancache.ENABLED = True  # re-plan only what changed (pre-commit runs lint on every commit)
         return getattr(commands, "cmd_" + args.verb)(args)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -248,6 +248,32 @@ def cmd_rules(args: argparse.Namespace) -> int:
     return EXIT_CLEAN
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    """Write an intent pinned to a shipped perf recipe; refuse to overwrite an existing file."""
+    from mocompile import init
+    if args.list:
+        for a in init.anchors():
+            print(f"{a['recipe']:<64} {a['gpus']:>5}x {a['gpu']:<6} {a['precision']}")
+        return EXIT_CLEAN
+    if not args.recipe:
+        raise UsageError("init needs --from <Bridge perf recipe> (or --list)")
+    if args.gpus is not None and args.gpus < 1:
+        raise UsageError("--gpus must be a positive number of GPUs")
+    text = init.intent_text(init.find(args.recipe), args.gpus)
+    if not args.output:
+        sys.stdout.write(text)
+        return EXIT_CLEAN
+    try:
+        with open(args.output, "x", encoding="utf-8") as fh:  # "x": an existing file is never touched
+            fh.write(text)
+    except FileExistsError:
+        raise UsageError(f"{args.output} exists; mocompile init never overwrites a file") from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.output}: {exc.strerror}") from None
+    print(f"wrote {args.output}: `mocompile {args.output}` compiles it", file=sys.stderr)
+    return EXIT_CLEAN
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     from mocompile.catalogue import gpus, models
     for mid, m in sorted(models().items()):

@@ -40,6 +40,17 @@ def _attention_params(m: dict[str, Any]) -> float:
 
 def parameters(m: dict[str, Any]) -> dict[str, float]:
     """Total parameter counts by kind (not yet sharded)."""
+    key = tuple(sorted((k, v) for k, v in m.items() if isinstance(v, (int, float, str, bool, type(None)))))
+    hit = _PARAMS.get(key)
+    if hit is None:
+        hit = _PARAMS[key] = _parameters(m)
+    return dict(hit)
+
+
+_PARAMS: dict[tuple[Any, ...], dict[str, float]] = {}
+
+
+def _parameters(m: dict[str, Any]) -> dict[str, float]:
     h = m["hidden_size"]
     g = 3 if m.get("gated_linear_unit", True) else 2
     n_moe = m["num_layers"] - m.get("first_k_dense", 0)
@@ -96,7 +107,10 @@ def estimate(m: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
     dense = (p["attention"] + p["dense_mlp"] + p["shared"]) * share / tp + p["router"] * share
     dense += p["embedding"] / 2 / tp if pp > 1 else p["embedding"] / tp
     experts = p["experts"] * share / (ep * etp)
-    bytes_dense, bytes_expert = 6 + 12 / dp, 6 + 12 / edp
+    # bf16 parameter + gradient buffer (fp32 unless gradients are reduced in bf16, as Bridge's perf recipes
+    # do: Megatron's DDP keeps the buffer in the reduce dtype) + fp32 master and Adam moments, sharded over DP.
+    grad = 4 if c.get("grad_reduce_in_fp32", True) else 2
+    bytes_dense, bytes_expert = 2 + grad + 12 / dp, 2 + grad + 12 / edp
     weights = dense * bytes_dense + experts * bytes_expert
 
     granularity = c.get("recompute_granularity")

@@ -105,6 +105,14 @@ class StepEstimate:
                 "terms_s": {k: round(v, 4) for k, v in self.terms.items()}}
 
 
+COVERED_ATTENTION = ("gqa", "mla")  # attention the FLOPs model counts; hybrid linear attention is not
+
+
+def covers(m: dict[str, Any]) -> bool:
+    """Does this model cost the architecture well enough to override a measured recipe?"""
+    return m.get("attention", "gqa") in COVERED_ATTENTION
+
+
 @functools.lru_cache(maxsize=1)
 def constants() -> dict[str, float]:
     """The fitted constants (values only; provenance stays in the data file)."""

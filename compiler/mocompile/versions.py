@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 
+@functools.lru_cache(maxsize=256)
 def parse(version: str) -> tuple[int, ...]:
     """``'2.10.0rc1'`` -> ``(2, 10, 0)``; non-numeric tails are ignored."""
     parts = []
@@ -20,6 +22,7 @@ def at_least(version: str | None, minimum: str) -> bool:
     return version is not None and parse(version) >= parse(minimum)
 
 
+@functools.lru_cache(maxsize=1024)
 def in_range(version: str | None, spec: str) -> bool:
     """``spec`` like ``'>=0.19,<0.20'``; every clause must hold."""
     if version is None:

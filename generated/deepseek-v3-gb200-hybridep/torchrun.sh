@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-gb200-hybridep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:08c189b83a4c33d8 input sha256:b34c535796c50058
+# mocompile: checksum sha256:44996daeeff49c36 input sha256:b34c535796c50058
 # deepseek-v3-gb200-hybridep: torchrun launcher for 256 GPUs (64 node(s) x 4).
 # Run it on every node. Multi-node: set NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT.
 # MOCOMPILE_DRY_RUN=1 runs the preflight, prints the command and environment, and exits 0.
@@ -20,6 +20,8 @@ export CUDA_DEVICE_MAX_CONNECTIONS=32
 export NCCL_GRAPH_REGISTER=0
 export NCCL_NVLS_ENABLE=0
 export NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=32
+export NVTE_BWD_LAYERNORM_SM_MARGIN=20
+export NVTE_FWD_LAYERNORM_SM_MARGIN=20
 export PYTHONUNBUFFERED=1
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 export USE_MNNVL=1
@@ -36,6 +38,8 @@ if [[ "${MOCOMPILE_DRY_RUN:-0}" == "1" ]]; then
   echo "  NCCL_GRAPH_REGISTER=${NCCL_GRAPH_REGISTER}"
   echo "  NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE}"
   echo "  NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=${NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN}"
+  echo "  NVTE_BWD_LAYERNORM_SM_MARGIN=${NVTE_BWD_LAYERNORM_SM_MARGIN}"
+  echo "  NVTE_FWD_LAYERNORM_SM_MARGIN=${NVTE_FWD_LAYERNORM_SM_MARGIN}"
   echo "  PYTHONUNBUFFERED=${PYTHONUNBUFFERED}"
   echo "  PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF}"
   echo "  USE_MNNVL=${USE_MNNVL}"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-h100-deepep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:0f2ef3f4b30fe523 input sha256:6fa67c8f10564798
+# mocompile: checksum sha256:a67ffeb89c9904c5 input sha256:6fa67c8f10564798
 # deepseek-v3-h100-deepep: torchrun launcher for 1024 GPUs (128 node(s) x 8).
 # Run it on every node. Multi-node: set NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT.
 # MOCOMPILE_DRY_RUN=1 runs the preflight, prints the command and environment, and exits 0.
@@ -18,6 +18,8 @@ MASTER_PORT="${MASTER_PORT:-29500}"
 # Environment (the same block in every launcher; reasons in mocompile.lock.json).
 export CUDA_DEVICE_MAX_CONNECTIONS=32
 export NCCL_NVLS_ENABLE=0
+export NVTE_BWD_LAYERNORM_SM_MARGIN=20
+export NVTE_FWD_LAYERNORM_SM_MARGIN=20
 export PYTHONUNBUFFERED=1
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 
@@ -31,6 +33,8 @@ if [[ "${MOCOMPILE_DRY_RUN:-0}" == "1" ]]; then
   echo "environment:"
   echo "  CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS}"
   echo "  NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE}"
+  echo "  NVTE_BWD_LAYERNORM_SM_MARGIN=${NVTE_BWD_LAYERNORM_SM_MARGIN}"
+  echo "  NVTE_FWD_LAYERNORM_SM_MARGIN=${NVTE_FWD_LAYERNORM_SM_MARGIN}"
   echo "  PYTHONUNBUFFERED=${PYTHONUNBUFFERED}"
   echo "  PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF}"
   printf 'command:'

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-h100-deepep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:752a9d5b2fb0230d input sha256:6fa67c8f10564798
+# mocompile: checksum sha256:1a5b95ac46b769e4 input sha256:6fa67c8f10564798
 """deepseek-v3-h100-deepep: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 DeepSeek-V3 (671B-A37B) on 1024x NVIDIA H100 80GB HBM3, goal throughput.
@@ -31,13 +31,14 @@ from megatron.bridge.training.config import (
     ValidationConfig,
 )
 from megatron.bridge.training.flex_dispatcher_backend import apply_flex_dispatcher_backend
+from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
-PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 2, 'pipeline_model_parallel_size': 8, 'virtual_pipeline_model_parallel_size': 4, 'pipeline_model_parallel_layout': 'Et|(tt|)*30mL', 'context_parallel_size': 1, 'expert_model_parallel_size': 64, 'expert_tensor_parallel_size': 1, 'sequence_parallel': True, 'moe_flex_dispatcher_num_sms': 20, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': 'selective', 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': ['mla_up_proj', 'layernorm', 'moe_act'], 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': 1, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'deepep'}
+PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 2, 'pipeline_model_parallel_size': 8, 'virtual_pipeline_model_parallel_size': 4, 'pipeline_model_parallel_layout': 'Et|(tt|)*30mL', 'context_parallel_size': 1, 'expert_model_parallel_size': 64, 'expert_tensor_parallel_size': 1, 'sequence_parallel': True, 'moe_flex_dispatcher_num_sms': 20, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': 'selective', 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': ['mla_up_proj', 'layernorm', 'moe_act'], 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': 1, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': True, 'cross_entropy_fusion_impl': 'te', 'moe_permute_fusion': True, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'deepep'}
 
 # The launch environment this plan was compiled for (launchers export the same block).
-ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_NVLS_ENABLE': '0', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'}
+ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_NVLS_ENABLE': '0', 'NVTE_BWD_LAYERNORM_SM_MARGIN': '20', 'NVTE_FWD_LAYERNORM_SM_MARGIN': '20', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'}
 
 
 def build_config() -> ConfigContainer:
@@ -58,6 +59,8 @@ def build_config() -> ConfigContainer:
         train_iters=100,
         global_batch_size=8192,
         micro_batch_size=1,
+        manual_gc=True,  # goal: Bridge perf_recipes/_common.py::_benchmark_common: Python GC only every 100 steps, never inside a step (the GC pauses it removes are a cause of step-time jitter)
+        manual_gc_interval=100,  # goal: Bridge perf_recipes/_common.py::_benchmark_common
     )
     dataset = MockGPTDatasetConfig(
         seq_length=4096,
@@ -81,22 +84,26 @@ def build_config() -> ConfigContainer:
     model.pipeline_model_parallel_size = 8  # user: pinned in the recipe
     model.virtual_pipeline_model_parallel_size = 4  # user: pinned in the recipe
     model.pipeline_model_parallel_layout = 'Et|(tt|)*30mL'  # derived: balanced layout: embedding and loss counted as a layer each [PP002, PP003]
-    model.context_parallel_size = 1  # goal: part of the chosen plan (37.07 s/step; see tensor_model_parallel_size)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (37.16 s/step; see tensor_model_parallel_size)
     model.expert_model_parallel_size = 64  # user: pinned in the recipe
     model.expert_tensor_parallel_size = 1  # user: pinned in the recipe
-    model.sequence_parallel = True  # goal: part of the chosen plan (37.07 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = True  # goal: part of the chosen plan (37.16 s/step; see tensor_model_parallel_size)
     model.moe_flex_dispatcher_num_sms = 20  # derived: flex dispatcher SM budget used by the shipped perf recipes
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default [OVL010]
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
     model.recompute_granularity = 'selective'  # user: pinned in the recipe
-    model.recompute_method = None  # goal: lightest recompute that fits: 63.6 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 63.6 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 58.4 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 58.4 GiB <= 74 GiB usable
     model.recompute_modules = ['mla_up_proj', 'layernorm', 'moe_act']  # user: pinned in the recipe
-    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (37.07 s/step; see tensor_model_parallel_size)
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (37.07 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (37.16 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (37.16 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = 1  # model: model catalogue (deepseek-v3)
+    model.apply_rope_fusion = False  # goal: needs TE >= 1.4 and, with MLA, YaRN RoPE (transformer_config.py)
+    model.cross_entropy_loss_fusion = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: fused cross-entropy in TE
+    model.cross_entropy_fusion_impl = 'te'  # goal: Bridge perf_recipes/_common.py::_benchmark_common: cross_entropy_fusion_impl='te'
+    model.moe_permute_fusion = True  # goal: perf recipes fuse token permutation (TE >= 2.1; the unfused permute is part of why the published alltoall run without it took 41.25 s vs 24.71 s for HybridEP)
     model.cuda_graph_scope = None  # deprecated alias of cuda_graph_modules; both set raises
     model.moe_deepep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms (S-4)
     model.moe_hybridep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms (S-4)
@@ -109,7 +116,7 @@ def build_config() -> ConfigContainer:
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
         overlap_moe_expert_parallel_comm=True,  # user: pinned in the recipe
-        delay_wgrad_compute=False,  # goal: part of the chosen plan (37.07 s/step; see tensor_model_parallel_size)
+        delay_wgrad_compute=False,  # goal: part of the chosen plan (37.16 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=True,  # derived: interleaved pipeline: overlap p2p (Bridge's derivation)
         batch_p2p_comm=False,  # derived: not needed
         overlap_grad_reduce=True,  # derived: overlap the DP gradient reduce-scatter
@@ -117,14 +124,16 @@ def build_config() -> ConfigContainer:
     )
     cfg.ddp = DistributedDataParallelConfig(
         check_for_nan_in_grad=True,
-        grad_reduce_in_fp32=True,
+        grad_reduce_in_fp32=False,  # goal: Bridge perf_recipes/_common.py::_benchmark_common: gradients reduced in BF16 (half the DP traffic)
         use_distributed_optimizer=True,
         overlap_grad_reduce=True,
         overlap_param_gather=True,
     )
     cfg.validation = ValidationConfig(eval_iters=0, eval_interval=None)  # mock data: no evaluation
     cfg.rng = RNGConfig(seed=1234, te_rng_tracker=False)
-    cfg.mixed_precision = 'bf16_mixed'
+    cfg.mixed_precision = get_mixed_precision_config('bf16_mixed')
+    # the precision config writes this into the DDP config at setup: set it here, not only above
+    cfg.mixed_precision.grad_reduce_in_fp32 = False
     cfg.env_vars = dict(ENV_VARS)
     check_plan(cfg)
     return cfg

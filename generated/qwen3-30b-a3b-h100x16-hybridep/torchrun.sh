@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-30b-a3b-h100x16-hybridep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:dc3d66c223983d83 input sha256:fccec4779a94baee
+# mocompile: checksum sha256:c9b6d8039cb0f9db input sha256:fccec4779a94baee
 # qwen3-30b-a3b-h100x16-hybridep: torchrun launcher for 16 GPUs (2 node(s) x 8).
 # Run it on every node. Multi-node: set NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT.
 # MOCOMPILE_DRY_RUN=1 runs the preflight, prints the command and environment, and exits 0.
@@ -20,6 +20,8 @@ export CUDA_DEVICE_MAX_CONNECTIONS=32
 export NCCL_GRAPH_REGISTER=0
 export NCCL_NVLS_ENABLE=0
 export NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=8
+export NVTE_BWD_LAYERNORM_SM_MARGIN=20
+export NVTE_FWD_LAYERNORM_SM_MARGIN=20
 export PYTHONUNBUFFERED=1
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 export USE_MNNVL=0
@@ -36,6 +38,8 @@ if [[ "${MOCOMPILE_DRY_RUN:-0}" == "1" ]]; then
   echo "  NCCL_GRAPH_REGISTER=${NCCL_GRAPH_REGISTER}"
   echo "  NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE}"
   echo "  NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=${NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN}"
+  echo "  NVTE_BWD_LAYERNORM_SM_MARGIN=${NVTE_BWD_LAYERNORM_SM_MARGIN}"
+  echo "  NVTE_FWD_LAYERNORM_SM_MARGIN=${NVTE_FWD_LAYERNORM_SM_MARGIN}"
   echo "  PYTHONUNBUFFERED=${PYTHONUNBUFFERED}"
   echo "  PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF}"
   echo "  USE_MNNVL=${USE_MNNVL}"

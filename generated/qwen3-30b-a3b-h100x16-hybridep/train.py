@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-30b-a3b-h100x16-hybridep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:9a2fbfc81a3d1afd input sha256:fccec4779a94baee
+# mocompile: checksum sha256:6fa85cd111c59008 input sha256:fccec4779a94baee
 """qwen3-30b-a3b-h100x16-hybridep: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-30B-A3B on 16x NVIDIA H100 80GB HBM3, goal throughput.
@@ -31,13 +31,14 @@ from megatron.bridge.training.config import (
     ValidationConfig,
 )
 from megatron.bridge.training.flex_dispatcher_backend import apply_flex_dispatcher_backend
+from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
-PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 16, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_flex_dispatcher_num_sms': 32, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'transformer_engine', 'cuda_graph_modules': ['moe_router', 'moe_preprocess'], 'use_te_rng_tracker': True, 'mtp_num_layers': None, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'hybridep'}
+PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 16, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_flex_dispatcher_num_sms': 32, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'transformer_engine', 'cuda_graph_modules': ['moe_router', 'moe_preprocess'], 'use_te_rng_tracker': True, 'mtp_num_layers': None, 'apply_rope_fusion': True, 'cross_entropy_loss_fusion': True, 'cross_entropy_fusion_impl': 'te', 'moe_permute_fusion': True, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'hybridep'}
 
 # The launch environment this plan was compiled for (launchers export the same block).
-ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_GRAPH_REGISTER': '0', 'NCCL_NVLS_ENABLE': '0', 'NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN': '8', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True', 'USE_MNNVL': '0'}
+ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_GRAPH_REGISTER': '0', 'NCCL_NVLS_ENABLE': '0', 'NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN': '8', 'NVTE_BWD_LAYERNORM_SM_MARGIN': '20', 'NVTE_FWD_LAYERNORM_SM_MARGIN': '20', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True', 'USE_MNNVL': '0'}
 
 
 def build_config() -> ConfigContainer:
@@ -58,6 +59,8 @@ def build_config() -> ConfigContainer:
         train_iters=100,
         global_batch_size=1024,
         micro_batch_size=1,
+        manual_gc=True,  # goal: Bridge perf_recipes/_common.py::_benchmark_common: Python GC only every 100 steps, never inside a step (the GC pauses it removes are a cause of step-time jitter)
+        manual_gc_interval=100,  # goal: Bridge perf_recipes/_common.py::_benchmark_common
     )
     dataset = MockGPTDatasetConfig(
         seq_length=4096,
@@ -79,24 +82,28 @@ def build_config() -> ConfigContainer:
     model.seq_length = 4096  # training.seq_length
     model.tensor_model_parallel_size = 1  # user: pinned in the recipe
     model.pipeline_model_parallel_size = 1  # user: pinned in the recipe
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (27.82 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (27.81 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
     model.context_parallel_size = 1  # user: pinned in the recipe
     model.expert_model_parallel_size = 16  # user: pinned in the recipe
     model.expert_tensor_parallel_size = 1  # user: pinned in the recipe
-    model.sequence_parallel = False  # goal: part of the chosen plan (27.82 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (27.81 s/step; see tensor_model_parallel_size)
     model.moe_flex_dispatcher_num_sms = 32  # derived: flex dispatcher SM budget used by the shipped perf recipes
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default [OVL010]
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = None  # goal: lightest recompute that fits: 68.3 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 68.3 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 68.3 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 68.3 GiB <= 74 GiB usable
-    model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (27.82 s/step; see tensor_model_parallel_size); no graphs: +3.95 s
-    model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: part of the chosen plan (27.82 s/step; see tensor_model_parallel_size)
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 62.0 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 62.0 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 62.0 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 62.0 GiB <= 74 GiB usable
+    model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (27.81 s/step; see tensor_model_parallel_size); no graphs: +3.54 s
+    model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: part of the chosen plan (27.81 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker
     model.mtp_num_layers = None  # model: model catalogue (qwen3-30b-a3b)
+    model.apply_rope_fusion = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: fused RoPE (TE >= 1.4)
+    model.cross_entropy_loss_fusion = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: fused cross-entropy in TE
+    model.cross_entropy_fusion_impl = 'te'  # goal: Bridge perf_recipes/_common.py::_benchmark_common: cross_entropy_fusion_impl='te'
+    model.moe_permute_fusion = True  # goal: perf recipes fuse token permutation (TE >= 2.1; the unfused permute is part of why the published alltoall run without it took 41.25 s vs 24.71 s for HybridEP)
     model.cuda_graph_scope = None  # deprecated alias of cuda_graph_modules; both set raises
     model.moe_deepep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms (S-4)
     model.moe_hybridep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms (S-4)
@@ -117,14 +124,16 @@ def build_config() -> ConfigContainer:
     )
     cfg.ddp = DistributedDataParallelConfig(
         check_for_nan_in_grad=True,
-        grad_reduce_in_fp32=True,
+        grad_reduce_in_fp32=False,  # goal: Bridge perf_recipes/_common.py::_benchmark_common: gradients reduced in BF16 (half the DP traffic)
         use_distributed_optimizer=True,
         overlap_grad_reduce=True,
         overlap_param_gather=True,
     )
     cfg.validation = ValidationConfig(eval_iters=0, eval_interval=None)  # mock data: no evaluation
     cfg.rng = RNGConfig(seed=1234, te_rng_tracker=True)
-    cfg.mixed_precision = 'bf16_mixed'
+    cfg.mixed_precision = get_mixed_precision_config('bf16_mixed')
+    # the precision config writes this into the DDP config at setup: set it here, not only above
+    cfg.mixed_precision.grad_reduce_in_fp32 = False
     cfg.env_vars = dict(ENV_VARS)
     check_plan(cfg)
     return cfg

@@ -26,6 +26,7 @@ MODEL_FIELDS = (
     "moe_shared_expert_overlap", "moe_router_force_load_balancing", "moe_grouped_gemm",
     "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules",
     "cuda_graph_impl", "cuda_graph_modules", "use_te_rng_tracker", "mtp_num_layers",
+    "apply_rope_fusion", "cross_entropy_loss_fusion", "cross_entropy_fusion_impl", "moe_permute_fusion",
 )
 
 
@@ -174,6 +175,8 @@ def context(plan: Plan, source: str) -> dict[str, Any]:
         "mixed_precision": MIXED_PRECISION[plan["precision"]],
         "train": {"train_iters": iters, "global_batch_size": plan["global_batch_size"],
                   "micro_batch_size": plan["micro_batch_size"]},
+        "gc": [_assign(plan, "manual_gc"), _assign(plan, "manual_gc_interval")] if plan.get("manual_gc") else [],
+        "grad_reduce": _assign(plan, "grad_reduce_in_fp32"),
         "seq_length": plan["seq_length"],
         "vocab_size": m["vocab_size"],
         "seed": plan["seed"],

@@ -12,11 +12,12 @@ from typing import Any, Callable
 
 from mocompile.catalogue import resolve_hardware, resolve_model
 from mocompile.ir import Document, Plan
-from mocompile.resolve import decide, derived, parallelism
+from mocompile.resolve import decide, derived, parallelism, tuning
 from mocompile.resolve.context import Context
 
 PASSES: tuple[Callable[[Context], None], ...] = (
     parallelism.base,
+    tuning.host_and_fusion,   # before the search: the gradient dtype changes what fits
     decide.plan,
     derived.p2p_and_grads,
     derived.environment,
@@ -34,5 +35,6 @@ def resolve(intent: dict[str, Any], doc: Document) -> Plan:
 def context(intent: dict[str, Any], doc: Document) -> Context:
     """A context with the facts set (model, hardware, stack, batch): what the planner starts from."""
     ctx = Context(intent, doc, resolve_model(intent, doc), resolve_hardware(intent))
-    parallelism.base(ctx)
+    for step in PASSES[:PASSES.index(decide.plan)]:
+        step(ctx)
     return ctx

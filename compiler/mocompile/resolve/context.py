@@ -17,6 +17,8 @@ NEUTRAL: dict[str, Any] = {
     "recompute_num_layers": None, "recompute_modules": None, "cuda_graph_impl": "none", "cuda_graph_modules": [],
     "overlap_p2p_comm": False, "batch_p2p_comm": False, "overlap_grad_reduce": False, "overlap_param_gather": False,
     "use_te_rng_tracker": False, "num_microbatches": 1, "memory_estimate_gib": 0.0,
+    "manual_gc": False, "apply_rope_fusion": False, "cross_entropy_loss_fusion": False,
+    "moe_permute_fusion": False, "grad_reduce_in_fp32": True,
     "memory_biggest_term": None, "memory_min_gpus": None, "step_time_estimate_s": None,
 }
 

@@ -72,6 +72,8 @@ def plan(ctx: Context) -> None:
             f"{w.mem['total_gib']:.1f} GiB (of {res.scored} candidates scored)")
     if w.anchor:
         head += f"; the tuned recipe Bridge ships ({w.anchor})"
+        if not steptime.covers(ctx.model):
+            head += f" (the step-time model does not cost {ctx.model.get('attention')} attention: measured recipe kept)"
     elif res.anchor is not None:
         head += (f"; predicted {res.anchor.step - w.step:.2f} s/step faster than the shipped {res.anchor.anchor} "
                  f"({res.anchor.step:.2f} s, {why_lost(res.anchor, w) if res.anchor.broken or not res.anchor.fits else 'slower'})")
@@ -117,7 +119,7 @@ def plan(ctx: Context) -> None:
             ctx.set(name, value, "goal", part)
     ctx.set("step_time_estimate_s", round(w.step, 4), "derived", "mocompile step-time model (steptime.py)")
     ctx.planner = {
-        "goal": ctx.goal, "candidates_scored": res.scored, "trust_margin": trust_margin(),
+        "goal": ctx.goal, "candidates_scored": res.scored, "trust_margin": None if trust_margin(ctx.model) == float("inf") else trust_margin(ctx.model),
         "chosen": dict(w.summary(), terms_s={k: round(v, 3) for k, v in est.terms.items()}),
         "runners_up": [dict(r.summary(), why_lost=why_lost(r, w, margin=bool(w.anchor))) for r in res.runners_up],
         "excluded": [dict(r.summary(), why_lost=why_lost(r, w)) for r in res.excluded],

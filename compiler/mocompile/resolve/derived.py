@@ -5,6 +5,7 @@ from __future__ import annotations
 from mocompile import memory
 from mocompile.ir import Decision
 from mocompile.resolve.context import Context
+from mocompile.resolve.tuning import sm_margins
 
 def p2p_and_grads(ctx: Context) -> None:
     pp, vpp = ctx["pipeline_model_parallel_size"], ctx["virtual_pipeline_model_parallel_size"] or 1
@@ -55,6 +56,8 @@ def environment(ctx: Context) -> None:
     _env(ctx, "PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", "less fragmentation for MoE's ragged tensors")
     if graphs_on:
         _env(ctx, "NCCL_GRAPH_REGISTER", "0", "CUDA graphs with expandable segments need NCCL_GRAPH_REGISTER=0 (CG-10)")
+    for key, (value, why) in sm_margins(ctx).items():
+        _env(ctx, key, value, why)
     _env(ctx, "NCCL_NVLS_ENABLE", "0", "NVLink SHARP multicast off: not needed for EP and unavailable on many hosts")
     _env(ctx, "PYTHONUNBUFFERED", "1", "live logs")
     for key, value in sorted(ctx["env"].items()):

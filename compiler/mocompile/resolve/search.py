@@ -14,11 +14,11 @@ from __future__ import annotations
 import functools
 import itertools
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from mocompile import layout as layouts
-from mocompile import memory, steptime
+from mocompile import memory, plancache, steptime
 from mocompile.datafiles import load_yaml
 from mocompile.resolve.context import Context
 from mocompile.rules.engine import broken_rules
@@ -65,8 +65,14 @@ def anchors() -> tuple[dict[str, Any], ...]:
     return tuple(load_yaml(ANCHORS)["anchors"])
 
 
-def trust_margin() -> float:
-    """Leave a measured configuration only for a predicted gain above the model's typical error."""
+EMITTED_OPTIMIZER = "adam"  # generated recipes train with Megatron's distributed Adam
+
+
+def trust_margin(model: dict[str, Any] | None = None) -> float:
+    """Leave a measured configuration only for a predicted gain above the model's errors; never where
+    the step-time model does not cost the architecture (e.g. linear-attention layers)."""
+    if model is not None and not steptime.covers(model):
+        return float("inf")
     return steptime.constants().get("trust_margin", 0.08)
 
 
@@ -185,6 +191,17 @@ def layouts_for(ctx: Context, world: int) -> list[Layout]:
 # -- candidate -> settings ------------------------------------------------------------------------
 
 def _layout_string(ctx: Context, pp: int, vpp: int) -> str | None:
+    return _layout_cached(ctx, pp, vpp)
+
+
+def _layout_cached(ctx: Context, pp: int, vpp: int) -> str | None:
+    cache = ctx.__dict__.setdefault("_layout_cache", {})
+    if (pp, vpp) not in cache:
+        cache[(pp, vpp)] = _derive_layout(ctx, pp, vpp)
+    return cache[(pp, vpp)]
+
+
+def _derive_layout(ctx: Context, pp: int, vpp: int) -> str | None:
     user = ctx.pinned("parallelism", "layout")
     if isinstance(user, str) and user not in ("auto", "none") and ctx.explicit("parallelism", "layout"):
         return user
@@ -257,6 +274,7 @@ class Scorer:
                            bool(ctx["moe_router_force_load_balancing"]))
         self.hw = dict(ctx.hw, nvlink_domain=ctx.hw["nvlink_domain"], gpus_per_node=ctx["gpus_per_node"])
         self.count = 0
+        self._mem: dict[tuple[Any, ...], dict[str, Any]] = {}
 
     def config(self, cand: Candidate) -> dict[str, Any]:
         cfg = dict(self.base)
@@ -264,7 +282,32 @@ class Scorer:
         return cfg
 
     def memory(self, cand: Candidate) -> dict[str, Any]:
-        return memory.estimate(self.ctx.model, self.config(cand))
+        """The memory estimate from only the fields it reads (the hot path of the search)."""
+        key = (cand.tp, cand.pp, cand.vpp, cand.ep, cand.etp, cand.cp, cand.recompute, cand.overlap,
+               cand.dispatcher, cand.graphs)  # delayed wgrad and SM counts do not change memory
+        hit = self._mem.get(key)
+        if hit is None:
+            hit = self._mem[key] = self._memory(cand)
+        return hit
+
+    def _memory(self, cand: Candidate) -> dict[str, Any]:
+        flex = cand.dispatcher in FLEX
+        graphs = cand.graphs
+        impl = _pin(self.ctx, "cuda_graphs", "impl") or \
+            {"none": "none", "full_iteration": "full_iteration"}.get(graphs, "transformer_engine")
+        rung = cand.recompute
+        cfg = dict(self.base)
+        cfg.update(tensor_model_parallel_size=cand.tp, pipeline_model_parallel_size=cand.pp,
+                   context_parallel_size=cand.cp, expert_model_parallel_size=cand.ep,
+                   expert_tensor_parallel_size=cand.etp,
+                   virtual_pipeline_model_parallel_size=None if cand.vpp == 1 else cand.vpp,
+                   recompute_granularity=rung[0], recompute_modules=rung[1],
+                   overlap_moe_expert_parallel_comm=cand.overlap,
+                   moe_token_dispatcher_type="flex" if flex else cand.dispatcher,
+                   moe_flex_dispatcher_backend=cand.dispatcher if flex else None,
+                   hybridep_ranks_per_domain=min(self.ctx["nvlink_domain"], cand.ep * cand.etp),
+                   cuda_graph_impl=impl)
+        return memory.estimate(self.ctx.model, cfg)
 
     def score(self, cand: Candidate, anchor: str | None = None) -> Scored:
         self.count += 1
@@ -274,6 +317,9 @@ class Scorer:
 
     def lightest_fitting(self, cand: Candidate, rungs: list[Rung]) -> Candidate:
         """The lightest recompute rung that fits (recompute only costs time), else the heaviest."""
+        heaviest = replace(cand, recompute=rungs[-1])
+        if len(rungs) > 1 and self.memory(heaviest)["total_gib"] > self.limit:
+            return heaviest  # nothing lighter can fit either
         for rung in rungs:
             trial = replace(cand, recompute=rung)
             if self.memory(trial)["total_gib"] <= self.limit:
@@ -285,7 +331,8 @@ class Scorer:
             cfg = self.config(s.cand)
             cfg["memory_estimate_gib"] = s.mem["total_gib"]
             s.settings = cfg
-            s.broken = sorted(r.id for r in broken_rules(cfg) if r.severity == "error")
+            # memory is the search's own test (``fits``); MEM001 reports it on the final plan
+            s.broken = sorted(r.id for r in broken_rules(cfg) if r.severity == "error" and r.id != "MEM001")
         return s.broken
 
 
@@ -313,6 +360,8 @@ def match_anchor(ctx: Context) -> dict[str, Any] | None:
     found = []
     for a in anchors():
         if a["model"] != model_id or a["gpu"] != gpu or a["precision"] != prec or a["variant"]:
+            continue
+        if a.get("optimizer", "adam") != EMITTED_OPTIMIZER:  # tuned for another optimizer: not comparable
             continue
         if world % (a["tp"] * a["pp"] * a["cp"]) or world % (a["ep"] * a["etp"] * a["pp"]):
             continue
@@ -376,27 +425,65 @@ def _rank_key(goal: str):
     return lambda s: (not s.fits, s.step * (1 + SIMPLICITY * complexity(s.cand)))
 
 
+def _to_json(s: Scored) -> dict[str, Any]:
+    return {"cand": asdict(s.cand), "anchor": s.anchor}
+
+
+def _from_json(sc: Scorer, d: dict[str, Any]) -> Scored:
+    c = dict(d["cand"])
+    rc = c["recompute"]
+    c["recompute"] = (rc[0], tuple(rc[1]) if rc[1] is not None else None, rc[2], rc[3])
+    s = sc.score(Candidate(**c), d["anchor"])
+    sc.check(s)
+    return s
+
+
 def search(ctx: Context) -> SearchResult:
+    """The verdict for this intent: from the plan cache (command line only) or a fresh search."""
+    cached = plancache.get(ctx.intent)
+    if cached is not None:
+        try:
+            sc = Scorer(ctx)
+            return SearchResult(_from_json(sc, cached["winner"]), [_from_json(sc, d) for d in cached["runners_up"]],
+                                [_from_json(sc, d) for d in cached["excluded"]],
+                                _from_json(sc, cached["anchor"]) if cached["anchor"] else None,
+                                cached["scored"], cached["fits_anywhere"])
+        except (KeyError, TypeError, ValueError, IndexError):
+            pass  # an unreadable entry: search again
+    res = _search(ctx)
+    plancache.put(ctx.intent, {"winner": _to_json(res.winner), "runners_up": [_to_json(s) for s in res.runners_up],
+                               "excluded": [_to_json(s) for s in res.excluded],
+                               "anchor": _to_json(res.anchor) if res.anchor else None,
+                               "scored": res.scored, "fits_anywhere": res.fits_anywhere})
+    return res
+
+
+def _search(ctx: Context) -> SearchResult:
     """Enumerate, prune, score, rule-check and rank; see the module docstring."""
     sc = Scorer(ctx)
     knobs = _knobs(ctx)
     rungs_by_ov = {ov: _rungs(ctx, ov) for ov in (False, True)}
     key = _rank_key(ctx.goal)
 
-    # 1. every layout with its default knobs and lightest fitting rung -> a shortlist of layouts
+    # 1. every layout with its default knobs and lightest fitting rung -> a shortlist of layouts.
+    # The step model runs only on layouts that fit; the others are scored only if none fits.
     first: list[Scored] = []
+    unfit: list[Candidate] = []
+    frugal = min(knobs, key=lambda k: (k[1], k[3] != "none", k[0] != "alltoall"))
     for lay in layouts_for(ctx, sc.world):
         disp, ov, dw, graphs = _default_knob(ctx, knobs, lay.ep * lay.etp)
         cand = Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, disp, ov, dw, (None,) * 4, graphs)
         cand = sc.lightest_fitting(cand, rungs_by_ov[ov])
-        scored = sc.score(cand)
-        if not scored.fits:  # the layout may still fit with the most frugal knobs: no overlap, no graphs
-            frugal = min(knobs, key=lambda k: (k[1], k[3] != "none", k[0] != "alltoall"))
-            cand = replace(cand, dispatcher=frugal[0], overlap=frugal[1], delay_wgrad=frugal[2], graphs=frugal[3],
-                           recompute=(None,) * 4)
-            alt = sc.score(sc.lightest_fitting(cand, rungs_by_ov[frugal[1]]))
-            scored = alt if alt.fits or alt.mem["total_gib"] < scored.mem["total_gib"] else scored
-        first.append(scored)
+        if sc.memory(cand)["total_gib"] > sc.limit:  # may still fit with frugal knobs: no overlap, no graphs
+            cand = sc.lightest_fitting(replace(cand, dispatcher=frugal[0], overlap=frugal[1], delay_wgrad=frugal[2],
+                                               graphs=frugal[3], recompute=(None,) * 4), rungs_by_ov[frugal[1]])
+        if sc.memory(cand)["total_gib"] > sc.limit:
+            unfit.append(cand)
+            continue
+        first.append(sc.score(cand))
+    if ctx.goal == "fit" or len(first) < LAYOUT_SHORTLIST:
+        unfit.sort(key=lambda c: sc.memory(c)["total_gib"])
+        first += [sc.score(c) for c in unfit[:LAYOUT_SHORTLIST]]
     first.sort(key=key)
     shortlist = {(s.cand.tp, s.cand.pp, s.cand.vpp, s.cand.ep, s.cand.etp, s.cand.cp) for s in first[:LAYOUT_SHORTLIST]}
 
@@ -407,6 +494,8 @@ def search(ctx: Context) -> SearchResult:
         acand = anchor_candidate(ctx, anchor)
         pinned = acand != anchor_candidate(ctx, anchor, pins=False)
         anchor_scored = sc.score(acand, anchor["recipe"] + (" with the recipe's pins" if pinned else ""))
+        # a shipped recipe is measured to run: our estimate's headroom must not reject it
+        anchor_scored.fits = anchor_scored.mem["total_gib"] <= ctx.hw["memory_gib"]
         shortlist.add((acand.tp, acand.pp, acand.vpp, acand.ep, acand.etp, acand.cp))
     pool: dict[Candidate, Scored] = {s.cand: s for s in first}
     for lay in shortlist:
@@ -440,8 +529,8 @@ def search(ctx: Context) -> SearchResult:
         legal = ranked[:1]
     winner = legal[0]
     if ctx.goal == "throughput" and anchor_scored is not None and not anchor_scored.broken and anchor_scored.fits \
-            and winner is not anchor_scored and winner.step > anchor_scored.step * (1 - trust_margin()):
-        legal = [anchor_scored] + [s for s in legal if s is not anchor_scored]
+            and winner is not anchor_scored and winner.step > anchor_scored.step * (1 - trust_margin(ctx.model)):
+        legal = [anchor_scored] + [s for s in legal if s.cand.label() != anchor_scored.cand.label()]
         winner = anchor_scored
     return SearchResult(winner, legal[1:4], excluded, anchor_scored, sc.count, any(s.fits for s in ranked))
 

@@ -1,0 +1,44 @@
+"""The committed step-time constants reproduce the published measurements they were fitted on.
+
+The full fit with leave-one-out errors is `python benchmarks/calibrate.py` (minutes, not a test); this
+pins what a constant change must not break: every published A/B keeps its sign, in-sample errors stay
+within the calibration targets, and every data row names its source.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import calibrate  # noqa: E402
+from mocompile import steptime  # noqa: E402
+
+
+def test_every_published_ab_keeps_its_sign():
+    checks = calibrate.ab_checks(calibrate.load_rows(), steptime.constants())
+    assert {c[0] for c in checks} >= {"hep-overlap", "a2a-overlap", "delay-wgrad", "graphs", "recompute", "dispatcher"}
+    wrong = [c for c in checks if not c[5]]
+    assert not wrong, wrong
+
+
+def test_in_sample_errors_are_within_the_calibration_targets():
+    rows = [r for r in calibrate.load_rows() if r["fit"]]
+    c = steptime.constants()
+    errors = [abs(calibrate.predict(r, c) / calibrate.measured_s(r) - 1) for r in rows]
+    assert len(rows) >= 25
+    assert statistics.median(errors) <= 0.15
+    assert max(errors) <= 0.45
+
+
+def test_the_trust_margin_covers_at_least_the_models_largest_ab_error():
+    rows = calibrate.load_rows()
+    assert steptime.constants()["trust_margin"] >= calibrate.ab_error(rows, steptime.constants()) - 0.005
+
+
+def test_every_row_names_its_source_and_one_measurement():
+    for r in calibrate.load_rows():
+        assert r["source"], r["id"]
+        assert sum(k in r for k in ("step_s", "tflops", "measured_ms")) == 1, r["id"]
