@@ -304,4 +304,13 @@ def test_preflight_says_when_there_is_no_resume_point(tmp_path):
 def test_recipe_for_real_tokens_compiles_clean():
     result = analyse(str(ROOT / "recipes" / "tiny-moe-real-data.yaml"))
     assert [d.rule for d in result.diagnostics] == []
-    assert result.plan["data_type"] == "megatron" and result.plan["save"] == result.plan["load"]
+    assert result.plan["data_type"] == "megatron" and result.plan["save"] and result.plan["load"] is None  # CKPT007
+
+
+@pytest.mark.parametrize("te,fires", [("none", True), ("2.12.0", False)])
+def test_resume_without_transformer_engine_is_refused(te, fires):
+    """Seen on 2xH100: megatron-core 0.19.2 cannot load the distributed optimizer's state without TE."""
+    sets = {"versions.transformer_engine": te, "checkpoint": {"save": "/c", "load": "/c"}, "moe.grouped_gemm": False}
+    assert ("CKPT007" in _rules(sets)) is fires
+    assert "CKPT007" not in _rules({**sets, "checkpoint": {"save": "/c"}})  # saving alone is fine
+    assert "CKPT007" not in _rules({**sets, "versions.megatron_core": "0.20.0"})  # only the version it was seen on

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/tiny-moe-real-data.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:8313430ca6fed415 input sha256:627a86eddc3becef
+# mocompile: checksum sha256:ac04edd9dac191b5 input sha256:f85125a41a92271d
 # tiny-moe-real-data: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
@@ -68,7 +68,7 @@ if NEEDS_NVCC:
 DATA_PREFIXES = ['build/tiny-corpus/text_document']
 TOKENIZER = {'path': 'build/tiny-corpus/tokenizer', 'model_vocab': 32000}
 WRITABLE = [('build/tiny-moe-real-data/checkpoints', 'checkpoint.save'), ('build/tiny-moe-real-data/index-cache', 'training.data.cache'), ('build/tiny-moe-real-data/tensorboard', 'logging.tensorboard')]
-LOAD_DIR = 'build/tiny-moe-real-data/checkpoints'
+LOAD_DIR = None
 PRETRAINED = None
 LOG_PACKAGES = [('tensorboard', 'logging.tensorboard')]
 for prefix in DATA_PREFIXES:

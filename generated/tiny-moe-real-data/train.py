@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/tiny-moe-real-data.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:d53bf43c83625ced input sha256:627a86eddc3becef
+# mocompile: checksum sha256:39f16ef47db4b9ba input sha256:f85125a41a92271d
 """tiny-moe-real-data: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 2x NVIDIA H100 80GB HBM3, goal throughput.
@@ -31,11 +31,12 @@ from megatron.bridge.training.config import (
     TrainingConfig,
     ValidationConfig,
 )
+from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 from megatron.core.transformer.enums import AttnBackend
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
-PLANNED = {'seq_length': 1024, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 1, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_token_dispatcher_type': 'alltoall', 'moe_flex_dispatcher_backend': None, 'moe_flex_dispatcher_num_sms': None, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': False, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None}
+PLANNED = {'seq_length': 1024, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 1, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_token_dispatcher_type': 'alltoall', 'moe_flex_dispatcher_backend': None, 'moe_flex_dispatcher_num_sms': None, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': False, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': False, 'cross_entropy_fusion_impl': 'native', 'moe_permute_fusion': False, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None}
 
 # The launch environment this plan was compiled for (launchers export the same block).
 ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '8', 'NCCL_NVLS_ENABLE': '0', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'}
@@ -103,6 +104,8 @@ def build_config() -> ConfigContainer:
         train_iters=40,
         global_batch_size=16,
         micro_batch_size=2,
+        manual_gc=True,  # goal: Bridge perf_recipes/_common.py::_benchmark_common: Python GC only every 100 steps, never inside a step (the GC pauses it removes are a cause of step-time jitter)
+        manual_gc_interval=100,  # goal: Bridge perf_recipes/_common.py::_benchmark_common
         exit_signal_handler=True,  # on SIGTERM (preemption, scancel, time limit) save a checkpoint, then stop
     )
     # Megatron indexed datasets (.bin/.idx per prefix); Bridge builds GPTDataset from this config.
@@ -129,7 +132,7 @@ def build_config() -> ConfigContainer:
     )
     checkpoint = CheckpointConfig(
         save='build/tiny-moe-real-data/checkpoints',  # user: set in the recipe
-        load='build/tiny-moe-real-data/checkpoints',  # user: set in the recipe
+        load=None,  # default: no resume directory
         save_interval=20,  # user: set in the recipe
         ckpt_format='torch_dist',  # user: set in the recipe
         async_save=False,  # default: synchronous saves
@@ -138,28 +141,32 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 1024  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.27 s/step, 20 TFLOPS/GPU, 7.7 GiB (of 36 candidates scored)
-    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.28 s/step, 20 TFLOPS/GPU, 6.7 GiB (of 36 candidates scored)
+    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
-    model.context_parallel_size = 1  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
-    model.expert_model_parallel_size = 1  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
-    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
-    model.sequence_parallel = False  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
-    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep illegal or does not fit; hybridep illegal or does not fit
-    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep illegal or does not fit; hybridep illegal or does not fit
+    model.context_parallel_size = 1  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 1  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep illegal or does not fit; hybridep illegal or does not fit
+    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep illegal or does not fit; hybridep illegal or does not fit
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = False  # derived: grouped GEMM experts need Transformer Engine
-    model.recompute_granularity = None  # goal: lightest recompute that fits: 7.7 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 7.7 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 7.7 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 7.7 GiB <= 74 GiB usable
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 6.7 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 6.7 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 6.7 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 6.7 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack: no TE graphs
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (tiny-moe)
+    model.apply_rope_fusion = False  # goal: needs TE >= 1.4 and, with MLA, YaRN RoPE (transformer_config.py)
+    model.cross_entropy_loss_fusion = False  # goal: TE cross-entropy needs Transformer Engine
+    model.cross_entropy_fusion_impl = 'native'  # goal: Megatron's default
+    model.moe_permute_fusion = False  # goal: fused permutation needs TE >= 2.1 (transformer_config.py)
     model.cuda_graph_scope = None  # deprecated alias of cuda_graph_modules; both set raises
     model.moe_deepep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms (S-4)
     model.moe_hybridep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms (S-4)
@@ -169,8 +176,8 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size); overlap on: illegal or does not fit
-        delay_wgrad_compute=False,  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
+        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size); overlap on: illegal or does not fit
+        delay_wgrad_compute=False,  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=False,  # derived: no interleaved pipeline
         batch_p2p_comm=False,  # derived: not needed
         overlap_grad_reduce=True,  # derived: overlap the DP gradient reduce-scatter
@@ -178,14 +185,16 @@ def build_config() -> ConfigContainer:
     )
     cfg.ddp = DistributedDataParallelConfig(
         check_for_nan_in_grad=True,
-        grad_reduce_in_fp32=True,
+        grad_reduce_in_fp32=False,  # goal: Bridge perf_recipes/_common.py::_benchmark_common: gradients reduced in BF16 (half the DP traffic)
         use_distributed_optimizer=True,
         overlap_grad_reduce=True,
         overlap_param_gather=True,
     )
     cfg.validation = ValidationConfig(eval_iters=2, eval_interval=20)  # user: set in the recipe
     cfg.rng = RNGConfig(seed=1234, te_rng_tracker=False)
-    cfg.mixed_precision = 'bf16_mixed'
+    cfg.mixed_precision = get_mixed_precision_config('bf16_mixed')
+    # the precision config writes this into the DDP config at setup: set it here, not only above
+    cfg.mixed_precision.grad_reduce_in_fp32 = False
     cfg.env_vars = dict(ENV_VARS)
     check_plan(cfg)
     return cfg

@@ -183,4 +183,6 @@ CHECKS: dict[str, Check] = {
     "CKPT005": lambda c: c.get("ckpt_format") == "fsdp_dtensor" and _ckpt_used(c),
     "CKPT006": lambda c: c.get("ckpt_format") in ("torch", "torch_dcp") and _ckpt_used(c),
     "LOG001": lambda c: (c.get("log_interval") or 1) > c["train_iters"],
+    # mocompile always emits the distributed optimizer; catalogue versions: megatron-core 0.19.2 (seen on 2xH100).
+    "CKPT007": lambda c: bool(c.get("load")) and c["te_version"] is None,
 }
