@@ -50,6 +50,8 @@ BAD = [
      "needs weight/prefix pairs (even length); got 3 items", "0.7"),
     ("training: {train_iters: 10, data: {type: megatron, blend: [0, /d/a]}}\n",
      "`training.data.blend[0]`: weight must be > 0, got 0", "0, /d/a"),
+    ("training: {train_iters: 10, data: {type: megatron, blend: [1e-9, /d/a, /d/b]}}\n",
+     "needs weight/prefix pairs (even length); got 3 items", "/d/b"),
     ("training: {train_iters: 10, data: {type: megatron, blend: [/d/a, 2]}}\n",
      "`training.data.blend[1]` must be a dataset prefix (a path), got the number 2", "2]"),
     ("training: {train_iters: 10, data: {type: megatron, blend: [/d/a.idx]}}\n",
@@ -91,6 +93,14 @@ def test_bad_input_exits_2_at_the_position(tmp_path, text, fragment, marker):
     proc = run_cli("lint", path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr + proc.stdout
     assert f"r.yaml:{line}:{column}: error [SCHEMA]" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("weight", [float("nan"), float("inf"), -1.0, 0])
+def test_blend_weights_must_be_finite_and_positive(weight):
+    """Loading already refuses .nan/.inf (LIM rules); the blend check does not rely on it."""
+    from mocompile.schema import _blend_problems
+    assert [i for i, _, _ in _blend_problems([weight, "/d/a"])] == [0]
+    assert _blend_problems([1e-9, "/d/a"]) == []
 
 
 def test_every_blend_problem_is_reported_at_once(tmp_path):

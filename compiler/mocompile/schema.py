@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import difflib
 import functools
+import math
 import os
 import re
 from typing import Any
@@ -200,7 +201,7 @@ def _blend_problems(blend: Any) -> list[tuple[int, str, str]]:
         where = f"`training.data.blend[{i}]`"
         if want_weight and not is_num:
             out.append((i, f"{where} must be a weight (a number), got {item!r}", pair_hint))
-        elif want_weight and item <= 0:
+        elif want_weight and not (math.isfinite(item) and item > 0):
             out.append((i, f"{where}: weight must be > 0, got {item!r}", "drop the dataset instead of weighting it 0"))
         elif not want_weight and is_num:
             out.append((i, f"{where} must be a dataset prefix (a path), got the number {item!r}",
