@@ -193,3 +193,31 @@ def test_preflight_RUN008_for_a_read_only_save_directory(tmp_path, corpus):
         ro.chmod(0o755)
     assert proc.returncode == 1
     assert f"RUN008 checkpoint.save directory {str(ro / 'ckpt')!r} is not writable" in proc.stderr
+
+
+def test_CKPT007_matches_megatron_core_without_te_or_apex():
+    """The resume failure seen on 2xH100, on the real megatron-core source: without Apex or TE,
+    ``DistributedOptimizer.state_dict`` reads the Adam step from torch's Adam state, which is empty
+    until the first step (loading a checkpoint calls it first), and asserts. After a step it goes
+    past that point. mocompile flags the same stacks (no TE target) with CKPT007."""
+    import warnings
+    from types import SimpleNamespace
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import megatron.core.optimizer.distrib_optimizer as dopt
+    from mocompile.rules.checks import CHECKS
+
+    assert dopt.HAVE_APEX_OR_TE is False  # this venv has neither, like the GPU test hosts
+    param = torch.nn.Parameter(torch.zeros(4))
+    adam = torch.optim.Adam([param])
+    with pytest.raises(AssertionError):
+        dopt.DistributedOptimizer.state_dict(SimpleNamespace(optimizer=adam))  # what loading runs first
+    param.grad = torch.ones(4)
+    adam.step()
+    with pytest.raises(AttributeError):  # past the assert: the stand-in lacks the rest of the optimizer
+        dopt.DistributedOptimizer.state_dict(SimpleNamespace(optimizer=adam))
+    assert CHECKS["CKPT007"]({"load": "/c", "te_version": None})
+    assert not CHECKS["CKPT007"]({"load": "/c", "te_version": "2.12.0"})
