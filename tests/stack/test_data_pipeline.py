@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.stack
+
 STACK = Path(__file__).resolve().parent
 ROOT = STACK.parent.parent
 RECIPE = ROOT / "recipes" / "tiny-moe-real-data.yaml"
