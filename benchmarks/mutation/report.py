@@ -46,6 +46,7 @@ def rows(session: str) -> list[tuple]:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--commit", default="?")
+    parser.add_argument("--named", help="output of named_survivors.py, quoted in the report")
     parser.add_argument("sessions", nargs="+")
     args = parser.parse_args()
     known = reasons()
@@ -100,6 +101,10 @@ def main() -> int:
                    f"`{before}` → `{after}`  \n  {why or '**no reason yet**'}")
     if not survivors:
         out.append("None.")
+    if args.named:
+        out += ["", "## The survivors issue 13 named", "",
+                "`benchmarks/mutation/named_survivors.py` plants each bug the issue listed, one at a time, and runs "
+                "the same tests:", "", "```", Path(args.named).read_text().rstrip(), "```"]
     out.append("")
     print("\n".join(out))
     return 0

@@ -2,8 +2,9 @@
 # Mutation testing of rules/ and layout.py with cosmic-ray (issue 13); not part of CI.
 #   benchmarks/mutation/run.sh [SCRATCH]     # about an hour on 2 CPUs; SCRATCH defaults to a temp folder
 # Copies the committed tree (git archive HEAD) to SCRATCH, splits the modules over two cosmic-ray
-# sessions run side by side (one per CPU), then writes docs/mutation.md from both sessions and
-# benchmarks/mutation/equivalent.yaml (the reasons a surviving mutant is harmless).
+# sessions run side by side (one per CPU), plants the bugs issue 13 named (named_survivors.py), then
+# writes docs/mutation.md from both sessions and benchmarks/mutation/equivalent.yaml (the reasons a
+# surviving mutant is harmless). After adding tests for survivors, retest_survivors.py replays only those.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PY="${PYTHON:-$ROOT/.venv-stack/bin/python}"
@@ -25,6 +26,8 @@ session() {  # NAME "module paths as TOML list items"
 session checks '"compiler/mocompile/rules/checks.py"' &
 session layout '"compiler/mocompile/layout.py", "compiler/mocompile/rules/engine.py"' &
 wait
+"$PY" "$ROOT/benchmarks/mutation/named_survivors.py" > "$SCRATCH/named.txt" || true
 "$PY" "$ROOT/benchmarks/mutation/report.py" --commit "$(git -C "$ROOT" rev-parse --short HEAD)" \
-  "$SCRATCH/checks/session.sqlite" "$SCRATCH/layout/session.sqlite" > "$ROOT/docs/mutation.md"
+  --named "$SCRATCH/named.txt" "$SCRATCH/checks/session.sqlite" "$SCRATCH/layout/session.sqlite" \
+  > "$ROOT/docs/mutation.md"
 echo "wrote docs/mutation.md (sessions in $SCRATCH)"
