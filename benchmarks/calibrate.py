@@ -48,8 +48,16 @@ def hardware(gpu: str, n: int) -> dict[str, Any]:
     return hw
 
 
+def model_of(name: str) -> dict[str, Any]:
+    extra = load_yaml(PUBLISHED).get("models", {})
+    if name in extra:
+        spec = dict(extra[name])
+        return _defaults({"id": name, **models()[spec.pop("base")], **spec})
+    return _defaults({"id": name, **models()[name]})
+
+
 def setup(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], steptime.Candidate, steptime.Batch]:
-    m = _defaults({"id": row["model"], **models()[row["model"]]})
+    m = model_of(row["model"])
     hw = hardware(row["gpu"], row["gpus"])
     tp, pp, vpp, ep, etp, cp = row["layout"]
     rc = row["recompute"]
@@ -58,7 +66,8 @@ def setup(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], steptime
     cand = steptime.Candidate(tp=tp, pp=pp, vpp=vpp, ep=ep, etp=etp, cp=cp, dispatcher=row["dispatcher"],
                               overlap=row["overlap"], delay_wgrad=row["dw"], recompute=recompute,
                               graphs=row["graphs"], num_sms=row.get("num_sms"))
-    batch = steptime.Batch(row["seq"], row["mbs"], row["gbs"], row["precision"], row["force_balance"])
+    batch = steptime.Batch(row["seq"], row["mbs"], row["gbs"], row["precision"], row["force_balance"],
+                           row["te"], row["te"])  # no TE: local spec and no grouped GEMM
     return m, hw, cand, batch
 
 
@@ -181,7 +190,7 @@ def nelder_mead(f, x0: list[float], steps: int = 600, scale: float = 0.3) -> lis
 
 BOUNDS = {"gemm_efficiency": (0.2, 0.9), "blackwell_efficiency": (0.4, 1.2), "nccl_a2a_efficiency": (0.05, 1.0),
           "overlap_hide": (0.0, 1.0), "natural_imbalance": (1.0, 3.0), "fp8_gain": (1.0, 2.0),
-          "overlap_host_factor": (1.0, 4.0), "deepep_efficiency": (0.3, 1.0), "hybridep_efficiency": (0.3, 1.0)}
+          "overlap_host_factor": (1.0, 4.0), "local_spec_factor": (1.0, 20.0), "deepep_efficiency": (0.3, 1.0), "hybridep_efficiency": (0.3, 1.0)}
 
 
 def fit(rows: list[dict[str, Any]], base: dict[str, float], names: list[str], steps: int = 600) -> dict[str, float]:
@@ -196,8 +205,8 @@ def fit(rows: list[dict[str, Any]], base: dict[str, float], names: list[str], st
     return unpack(x)
 
 
-def ab_checks(rows: list[dict[str, Any]], c: dict[str, float]) -> list[tuple[str, str, str, float, float, bool]]:
-    """Every published A/B: (pair, a, b, measured ratio b/a, predicted ratio b/a, same sign)."""
+def ab_checks(rows: list[dict[str, Any]], c: dict[str, float]) -> list[tuple[str, str, str, float, float, bool, bool]]:
+    """Every published A/B: (pair, a, b, measured ratio, predicted ratio, same sign, both shapes published)."""
     out = []
     groups: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for key in ("ab", "ab2"):
@@ -210,7 +219,8 @@ def ab_checks(rows: list[dict[str, Any]], c: dict[str, float]) -> list[tuple[str
             for (la, ra), (lb, rb) in zip(members, members[1:]):
                 meas = measured_s(rb) / measured_s(ra)
                 pred = predict(rb, c) / predict(ra, c)
-                out.append((name, la, lb, meas, pred, (meas >= 1) == (pred >= 1) or abs(meas - 1) < 0.005))
+                out.append((name, la, lb, meas, pred, (meas >= 1) == (pred >= 1) or abs(meas - 1) < 0.005,
+                            ra["shape_known"] and rb["shape_known"]))
     return out
 
 
@@ -252,10 +262,10 @@ def report(rows: list[dict[str, Any]], c: dict[str, float], names: list[str], lo
     lines.append("published A/B comparisons (ratio = slower-measured / faster-measured step time):")
     ok = 0
     checks = ab_checks(rows, c)
-    for name, la, lb, meas, pred, same in checks:
+    for name, la, lb, meas, pred, same, known in checks:
         ok += same
-        lines.append(f"  {name:<12} {la} -> {lb}: measured x{meas:.3f}, predicted x{pred:.3f}  "
-                     f"{'sign right' if same else 'SIGN WRONG'}")
+        lines.append(f"  {name:<20} {la} -> {lb}: measured x{meas:.3f}, predicted x{pred:.3f}  "
+                     f"{'sign right' if same else 'SIGN WRONG'}{'' if known else '  (shape not published: sign only)'}")
     lines.append(f"A/B signs right: {ok}/{len(checks)}; largest relative error on an A/B ratio {ab_error(rows, c):.1%}")
     if HOODS:
         g = neighbour_gains(HOODS, c)
@@ -268,7 +278,7 @@ def report(rows: list[dict[str, Any]], c: dict[str, float], names: list[str], lo
 
 def ab_error(rows: list[dict[str, Any]], c: dict[str, float]) -> float:
     """The model's largest relative error on a published A/B ratio: how far its comparisons can be off."""
-    return max(abs(pred / meas - 1) for _, _, _, meas, pred, _ in ab_checks(rows, c))
+    return max(abs(pred / meas - 1) for _, _, _, meas, pred, _, known in ab_checks(rows, c) if known)
 
 
 def neighbour_gains(hoods: list[tuple[str, Setup, list[Setup]]], c: dict[str, float]) -> list[float]:

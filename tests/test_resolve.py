@@ -93,10 +93,13 @@ def test_bring_up_uses_alltoall_without_overlap():
     assert p.settings["moe_token_dispatcher_type"].source == "goal"
 
 
-def test_a_tiny_model_on_two_gpus_needs_no_expert_parallelism():
-    """Every expert fits on each GPU and the step is host-bound: EP only adds all-to-all."""
+def test_without_grouped_gemm_fewer_local_experts_pay_for_the_all_to_all():
+    """No TE: experts run one after another (SequentialMLP), so the CPU launches each local expert's GEMMs;
+    EP 2 halves the local experts of the tiny model, and its all-to-all inside one host costs less."""
     p = plan_of(RECIPES / "tiny-moe-h100x2.yaml")
-    assert p["expert_model_parallel_size"] == 1 and p["data_parallel_size"] == 2
+    assert p["expert_model_parallel_size"] == 2 and p["moe_grouped_gemm"] is False
+    ep1 = plan_of(RECIPES / "tiny-moe-h100x2.yaml", **{"parallelism.ep": 1})
+    assert ep1["step_time_estimate_s"] > p["step_time_estimate_s"]
 
 
 def test_deepep_is_never_chosen_on_gb200():

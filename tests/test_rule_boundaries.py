@@ -106,6 +106,11 @@ BOUNDARIES = [
     ("PAR010", dict(add_bias_linear=True, expert_tensor_parallel_size=2), dict(add_bias_linear=True, expert_tensor_parallel_size=1)),
     ("PAR011", dict(num_moe_experts=8, expert_model_parallel_size=16, world_size=16),
      dict(num_moe_experts=16, expert_model_parallel_size=16, world_size=16)),
+    # PAR012: each term alone: SP on the local spec fires; SP off, or the TE spec, is quiet
+    ("PAR012", dict(sequence_parallel=True, tensor_model_parallel_size=2, transformer_impl="local"),
+     dict(sequence_parallel=False, tensor_model_parallel_size=2, transformer_impl="local")),
+    ("PAR012", dict(sequence_parallel=True, tensor_model_parallel_size=2, transformer_impl="local"),
+     dict(sequence_parallel=True, tensor_model_parallel_size=2, transformer_impl="transformer_engine")),
     ("PP001", dict(virtual_pipeline_model_parallel_size=2), dict(virtual_pipeline_model_parallel_size=None)),
     ("PP002", dict(num_layers=9, pipeline_model_parallel_size=2), dict(num_layers=10, pipeline_model_parallel_size=2)),
     ("PP002", dict(num_layers=12, pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=4,
@@ -200,6 +205,15 @@ BOUNDARIES = [
      dict(fp8="tensorwise", te_version="2.6.0", recompute_granularity="selective", recompute_modules=["moe_act"])),
     ("RC008", dict(fp8="tensorwise", te_version="2.5.0", recompute_granularity="selective", recompute_modules=["moe_act"]),
      dict(fp8="tensorwise", te_version="2.5.0")),
+    # RC009: layernorm in the selective list on the local spec; other modules, the TE spec, full recompute
+    # or another Megatron-Core version (the rule is keyed to 0.19.2, where it was seen) are quiet
+    ("RC009", dict(transformer_impl="local", recompute_granularity="selective", recompute_modules=["layernorm"]),
+     dict(transformer_impl="local", recompute_granularity="selective", recompute_modules=["core_attn"])),
+    ("RC009", dict(transformer_impl="local", recompute_granularity="selective", recompute_modules=["layernorm"]),
+     dict(transformer_impl="transformer_engine", recompute_granularity="selective", recompute_modules=["layernorm"])),
+    ("RC009", dict(transformer_impl="local", recompute_granularity="selective", recompute_modules=["layernorm"]),
+     dict(transformer_impl="local", recompute_granularity="selective", recompute_modules=["layernorm"],
+          mcore_version="0.20.0")),
     ("CG001", dict(cuda_graph_impl="local"), dict(cuda_graph_impl="none")),
     ("CG001", dict(cuda_graph_impl="local"), dict(cuda_graph_impl="full_iteration")),
     ("CG002", dict(cuda_graph_impl="full_iteration", cuda_graph_modules=["attn"]),

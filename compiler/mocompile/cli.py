@@ -104,7 +104,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_INPUT
         from mocompile import commands, plancache
         plancache.ENABLED = True  # re-plan only what changed (pre-commit runs lint on every commit)
-        return getattr(commands, "cmd_" + args.verb)(args)
+        try:
+            return getattr(commands, "cmd_" + args.verb)(args)
+        finally:
+            plancache.ENABLED = False  # an in-process caller (tests, tools) always searches
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INPUT

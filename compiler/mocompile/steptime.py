@@ -44,6 +44,8 @@ NCCL_A2A_SMS = 16
 FLEX_LINK_EFFICIENCY = {"deepep": 0.9, "hybridep": 0.9}
 COLLECTIVE_EFFICIENCY = 0.75   # NCCL ring all-gather / reduce-scatter bus efficiency on large messages
 HBM_EFFICIENCY = 0.7           # share of HBM bandwidth elementwise kernels reach
+UNFUSED_SCORE_PASSES = 12      # HBM passes over the attention scores without fused attention (fwd + bwd)
+SEQUENTIAL_EXPERT_HOST_S = 5e-5  # CPU time per local expert per layer and micro-batch without grouped GEMM
 HOST_P = 4.0                   # smooth max of GPU and host time per micro-batch
 GRAPH_CUT = {"none": 0.0, "te_rp": 0.5, "te_arp": 0.6, "full_iteration": 0.95}
 
@@ -84,6 +86,8 @@ class Batch:
     global_batch_size: int
     precision: str = "bf16"
     force_balance: bool = False
+    te: bool = True              # Transformer Engine layer spec (fused attention); False: Megatron's local spec
+    grouped_gemm: bool = True    # grouped-GEMM experts; False: one GEMM sequence per local expert
 
 
 @dataclass
@@ -261,12 +265,19 @@ def estimate(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, batch: Batc
     e_expert = _gemm_eff(rows_expert, c)
     t_attn_gemm = per_rank * f["attn_proj"] / (peak * e_dense)
     t_core = per_rank * f["core_attn"] / (peak * e_dense * c["attention_efficiency"])
+    if not batch.te:
+        # unfused attention computes the whole s x s score matrix (no causal skipping) and moves it through
+        # HBM: scores, softmax, dropout-free probabilities and their gradients, ~12 passes of 2 bytes
+        scores = b * (m["num_attention_heads"] / cand.tp) * (s / cand.cp) * s
+        t_core = 2 * t_core + UNFUSED_SCORE_PASSES * 2.0 * scores / (hw["hbm_tbps"] * 1e12 * HBM_EFFICIENCY) / 3
     t_experts = per_rank * (f["experts"] * imbalance) / (peak * e_expert)
     t_shared = per_rank * (f["shared"] + f["router"]) / (peak * e_dense)
     t_dense = per_rank * f["dense_mlp"] / (peak * e_dense)
     h, k = m["hidden_size"], m["moe_router_topk"]
     elem_bytes = 2.0 * per_rank * (24 * h + k * imbalance * (6 * h + 6 * m["moe_ffn_hidden_size"]))
     t_elem = elem_bytes / (hw["hbm_tbps"] * 1e12 * HBM_EFFICIENCY)
+    if not batch.te:  # the local spec runs norms, RoPE, SwiGLU, permutation and loss as many unfused kernels
+        t_elem *= c["local_spec_factor"]
     t_logits = per_rank * f["logits"] / (peak * e_dense)
 
     rc = _recompute_share(cand, f, m)
@@ -292,6 +303,10 @@ def estimate(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, batch: Batc
         cp_layer = max(0.0, 3.0 * kv / (link * 1e9 * COLLECTIVE_EFFICIENCY) - 3.0 * t_core)
 
     host_layer = c["host_s_per_layer"] * (1.0 - GRAPH_CUT.get(cand.graphs, 0.0))
+    if not batch.grouped_gemm:  # SequentialMLP: the CPU launches each local expert's GEMMs one by one
+        host_layer += SEQUENTIAL_EXPERT_HOST_S * m["num_moe_experts"] / (cand.ep * cand.etp)
+    if not batch.te:
+        host_layer *= c["local_spec_factor"]
 
     def layer_time(moe: bool) -> tuple[float, float, float]:
         fwd = moe_fwd if moe else dense_fwd

@@ -92,12 +92,16 @@ def ladder(ctx: Context, overlap: bool) -> list[Rung]:
     mla = bool(ctx["multi_latent_attention"])
     attn = "mla_up_proj" if mla else "core_attn"
     dense = ["mlp"] if ctx["first_k_dense"] else []
-    rungs: list[Rung] = [(None, None, None, None), ("selective", ("layernorm",), None, None)]
+    # layernorm recompute needs TE on Megatron-Core 0.19.2 (RC009): the local spec starts at the next rung
+    norm = ["layernorm"] if ctx["te_version"] is not None else []
+    rungs: list[Rung] = [(None, None, None, None)]
+    if norm:
+        rungs.append(("selective", ("layernorm",), None, None))
     if gg:
-        rungs.append(("selective", ("layernorm", "moe_act"), None, None))
-    rungs.append(("selective", tuple(["layernorm"] + (["moe_act"] if gg else []) + [attn] + dense), None, None))
+        rungs.append(("selective", tuple(norm + ["moe_act"]), None, None))
+    rungs.append(("selective", tuple(norm + (["moe_act"] if gg else []) + [attn] + dense), None, None))
     if not overlap:
-        rungs.append(("selective", ("layernorm", "moe", attn), None, None))
+        rungs.append(("selective", tuple(norm + ["moe", attn]), None, None))
         rungs.append(("full", None, "uniform", 1))
     return rungs
 
@@ -241,7 +245,8 @@ def settings(ctx: Context, cand: Candidate, world: int | None = None) -> dict[st
         "expert_model_parallel_size": cand.ep, "expert_tensor_parallel_size": cand.etp,
         "context_parallel_size": cand.cp, "data_parallel_size": dp,
         "expert_data_parallel_size": max(1, world // (cand.ep * cand.etp * cand.pp)),
-        "sequence_parallel": bool(sp) if sp is not None else cand.tp > 1,
+        # SP with TP > 1 (EP with TP needs it), except on the local spec, whose torch LayerNorm refuses it (PAR012)
+        "sequence_parallel": bool(sp) if sp is not None else cand.tp > 1 and ctx["te_version"] is not None,
         "num_microbatches": ctx["global_batch_size"] // max(1, ctx["micro_batch_size"] * dp),
         "virtual_pipeline_model_parallel_size": None if cand.vpp == 1 else cand.vpp,
         "pipeline_model_parallel_layout": _layout_string(ctx, cand.pp, cand.vpp),
@@ -271,7 +276,8 @@ class Scorer:
         self.base["world_size"] = self.world
         self.limit = ctx.hw["memory_gib"] * HEADROOM
         self.batch = Batch(ctx["seq_length"], ctx["micro_batch_size"], ctx["global_batch_size"], ctx["precision"],
-                           bool(ctx["moe_router_force_load_balancing"]))
+                           bool(ctx["moe_router_force_load_balancing"]), ctx["te_version"] is not None,
+                           bool(ctx["moe_grouped_gemm"]))
         self.hw = dict(ctx.hw, nvlink_domain=ctx.hw["nvlink_domain"], gpus_per_node=ctx["gpus_per_node"])
         self.count = 0
         self._mem: dict[tuple[Any, ...], dict[str, Any]] = {}

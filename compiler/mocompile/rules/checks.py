@@ -94,6 +94,7 @@ CHECKS: dict[str, Check] = {
                          and not c["sequence_parallel"]),
     "PAR010": lambda c: bool(c["add_bias_linear"]) and c["expert_tensor_parallel_size"] != 1,
     "PAR011": lambda c: c["expert_model_parallel_size"] > c["num_moe_experts"],
+    "PAR012": lambda c: bool(c["sequence_parallel"]) and c.get("transformer_impl") == "local",
     "PP001": lambda c: _vpp(c) > 1 and c["pipeline_model_parallel_size"] <= 1,
     "PP002": lambda c: (not c["pipeline_model_parallel_layout"]
                         and (c["num_layers"] % c["pipeline_model_parallel_size"] != 0
@@ -151,6 +152,7 @@ CHECKS: dict[str, Check] = {
     and c["moe_shared_expert_intermediate_size"] is not None,
     "RC006": lambda c: c["fp8"] == "delayed" and bool({"moe_act", "layernorm"} & set(_modules(c))),
     "RC008": lambda c: c["fp8"] is not None and bool({"moe_act", "layernorm"} & set(_modules(c))),  # TE < 2.6.0
+    "RC009": lambda c: c.get("transformer_impl") == "local" and "layernorm" in _modules(c),
     "RC007": lambda c: c["recompute_granularity"] == "full" and c["recompute_num_layers"] is not None
     and not 1 <= c["recompute_num_layers"] <= _layers_per_rank(c),
     "CG001": lambda c: c["cuda_graph_impl"] == "local",

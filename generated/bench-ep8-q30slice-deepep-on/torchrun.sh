@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
-# mocompile: source recipes/bench/bench-mid-tp2-ep2-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:2c4d8756497e788d input sha256:32b691fbd8f19383
-# bench-mid-tp2-ep2-off: torchrun launcher for 4 GPUs (1 node(s) x 4).
+# mocompile: source recipes/bench/bench-ep8-q30slice-deepep-on.yaml (mocompile 0.1.0)
+# mocompile: checksum sha256:062281cf985c1832 input sha256:dcbd93afe59b24bb
+# bench-ep8-q30slice-deepep-on: torchrun launcher for 8 GPUs (1 node(s) x 8).
 # Run it on every node. Multi-node: set NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT.
 # MOCOMPILE_DRY_RUN=1 runs the preflight, prints the command and environment, and exits 0.
 set -euo pipefail
@@ -11,12 +11,12 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PYTHON="${PYTHON:-python3}"
 NNODES="${NNODES:-1}"
 NODE_RANK="${NODE_RANK:-0}"
-NPROC_PER_NODE="${NPROC_PER_NODE:-4}"
+NPROC_PER_NODE="${NPROC_PER_NODE:-8}"
 MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"
 MASTER_PORT="${MASTER_PORT:-29500}"
 
 # Environment (the same block in every launcher; reasons in mocompile.lock.json).
-export CUDA_DEVICE_MAX_CONNECTIONS=1
+export CUDA_DEVICE_MAX_CONNECTIONS=32
 export NCCL_NVLS_ENABLE=0
 export PYTHONUNBUFFERED=1
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True

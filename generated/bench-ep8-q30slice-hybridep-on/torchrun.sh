@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
-# mocompile: source recipes/bench/bench-mid-ep4-a2a-sel.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:6c8ce7f16ade45f6 input sha256:f5db357a1a4ad7c4
-# bench-mid-ep4-a2a-sel: torchrun launcher for 4 GPUs (1 node(s) x 4).
+# mocompile: source recipes/bench/bench-ep8-q30slice-hybridep-on.yaml (mocompile 0.1.0)
+# mocompile: checksum sha256:9ea20b91a4cbab51 input sha256:f24af388bcc65d94
+# bench-ep8-q30slice-hybridep-on: torchrun launcher for 8 GPUs (1 node(s) x 8).
 # Run it on every node. Multi-node: set NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT.
 # MOCOMPILE_DRY_RUN=1 runs the preflight, prints the command and environment, and exits 0.
 set -euo pipefail
@@ -11,15 +11,17 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PYTHON="${PYTHON:-python3}"
 NNODES="${NNODES:-1}"
 NODE_RANK="${NODE_RANK:-0}"
-NPROC_PER_NODE="${NPROC_PER_NODE:-4}"
+NPROC_PER_NODE="${NPROC_PER_NODE:-8}"
 MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"
 MASTER_PORT="${MASTER_PORT:-29500}"
 
 # Environment (the same block in every launcher; reasons in mocompile.lock.json).
-export CUDA_DEVICE_MAX_CONNECTIONS=8
+export CUDA_DEVICE_MAX_CONNECTIONS=32
 export NCCL_NVLS_ENABLE=0
+export NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=8
 export PYTHONUNBUFFERED=1
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+export USE_MNNVL=0
 
 CMD=("$PYTHON" -m torch.distributed.run
   --nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$NPROC_PER_NODE"
@@ -31,8 +33,10 @@ if [[ "${MOCOMPILE_DRY_RUN:-0}" == "1" ]]; then
   echo "environment:"
   echo "  CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS}"
   echo "  NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE}"
+  echo "  NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=${NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN}"
   echo "  PYTHONUNBUFFERED=${PYTHONUNBUFFERED}"
   echo "  PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF}"
+  echo "  USE_MNNVL=${USE_MNNVL}"
   printf 'command:'
   printf ' %q' "${CMD[@]}"
   printf '\n'

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
-# mocompile: source recipes/bench/bench-mid-ep4-a2a-sel.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:2df27cabbbb22476 input sha256:f5db357a1a4ad7c4
-# bench-mid-ep4-a2a-sel: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
+# mocompile: source recipes/bench/bench-ep8-mid-auto.yaml (mocompile 0.1.0)
+# mocompile: checksum sha256:2de26da2058c346b input sha256:f169acdc8876deaf
+# bench-ep8-mid-auto: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
 #   RUN003 the dispatcher's package (deep_ep) does not import
@@ -20,10 +20,10 @@ fi
 import os
 import sys
 
-REQUIRED_ENV = {'CUDA_DEVICE_MAX_CONNECTIONS': '8'}
+REQUIRED_ENV = {'CUDA_DEVICE_MAX_CONNECTIONS': '32'}
 TORCH_MIN = '2.6.0'
 TE_MIN = None
-DISPATCH_IMPORT = None
+DISPATCH_IMPORT = ('deep_ep', 'Buffer')
 NEEDS_NVCC = False
 
 

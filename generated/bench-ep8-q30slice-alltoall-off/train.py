@@ -1,11 +1,11 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
-# mocompile: source recipes/bench/bench-mid-tp2-ep2-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:dbce7f3f70a19fd3 input sha256:32b691fbd8f19383
-"""bench-mid-tp2-ep2-off: Megatron-Bridge pretraining recipe compiled by mocompile.
+# mocompile: source recipes/bench/bench-ep8-q30slice-alltoall-off.yaml (mocompile 0.1.0)
+# mocompile: checksum sha256:a0fd180f2c6a096d input sha256:5edc4492a11b4cb6
+"""bench-ep8-q30slice-alltoall-off: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
+Qwen3-30B-A3B on 8x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
-`mocompile explain recipes/bench/bench-mid-tp2-ep2-off.yaml` for the full reasoning. Launch with torchrun.sh or
+`mocompile explain recipes/bench/bench-ep8-q30slice-alltoall-off.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.
 """
 
@@ -36,10 +36,10 @@ from megatron.core.transformer.enums import AttnBackend
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
-PLANNED = {'seq_length': 2048, 'tensor_model_parallel_size': 2, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 2, 'expert_tensor_parallel_size': 1, 'sequence_parallel': True, 'moe_token_dispatcher_type': 'alltoall', 'moe_flex_dispatcher_backend': None, 'moe_flex_dispatcher_num_sms': None, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': False, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': False, 'cross_entropy_fusion_impl': 'native', 'moe_permute_fusion': False, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None}
+PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 8, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_token_dispatcher_type': 'alltoall', 'moe_flex_dispatcher_backend': None, 'moe_flex_dispatcher_num_sms': None, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': True, 'moe_grouped_gemm': False, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': False, 'cross_entropy_fusion_impl': 'native', 'moe_permute_fusion': False, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None}
 
 # The launch environment this plan was compiled for (launchers export the same block).
-ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '1', 'NCCL_NVLS_ENABLE': '0', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'}
+ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '8', 'NCCL_NVLS_ENABLE': '0', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'}
 
 
 def _model() -> GPTModelProvider:
@@ -48,19 +48,19 @@ def _model() -> GPTModelProvider:
         transformer_layer_spec=local_layer_spec,
         attention_backend=AttnBackend.local,  # no Transformer Engine: Megatron-Core attention
         activation_func=F.silu,  # SwiGLU experts
-        num_layers=16,  # model
+        num_layers=12,  # model
         hidden_size=2048,  # model
-        ffn_hidden_size=8192,  # model
-        num_attention_heads=16,  # model
+        ffn_hidden_size=6144,  # model
+        num_attention_heads=32,  # model
         num_query_groups=4,  # model
         kv_channels=128,  # model
-        num_moe_experts=64,  # model
+        num_moe_experts=128,  # model
         moe_router_topk=8,  # model
-        moe_ffn_hidden_size=1024,  # model
+        moe_ffn_hidden_size=768,  # model
         moe_shared_expert_intermediate_size=None,  # model
         moe_layer_freq=1,  # 0 leading dense layer(s)
-        vocab_size=32000,  # model
-        seq_length=2048,  # training.seq_length
+        vocab_size=151936,  # model
+        seq_length=4096,  # training.seq_length
         normalization='RMSNorm',  # model
         gated_linear_unit=True,  # model
         position_embedding_type='rope',  # model
@@ -97,18 +97,18 @@ def build_config() -> ConfigContainer:
     )
     scheduler = SchedulerConfig(
         start_weight_decay=0.033, end_weight_decay=0.033, weight_decay_incr_style="constant",
-        lr_decay_style="cosine", lr_warmup_iters=1, lr_warmup_init=0.0,
+        lr_decay_style="cosine", lr_warmup_iters=3, lr_warmup_init=0.0,
         lr_decay_iters=None, override_opt_param_scheduler=True,
     )
     train = TrainingConfig(
-        train_iters=12,
-        global_batch_size=16,
-        micro_batch_size=2,
+        train_iters=30,
+        global_batch_size=32,
+        micro_batch_size=1,
         manual_gc=True,  # goal: Bridge perf_recipes/_common.py::_benchmark_common: Python GC only every 100 steps, never inside a step (the GC pauses it removes are a cause of step-time jitter)
         manual_gc_interval=100,  # goal: Bridge perf_recipes/_common.py::_benchmark_common
     )
     dataset = MockGPTDatasetConfig(
-        seq_length=2048,
+        seq_length=4096,
         random_seed=1234,
         split="99990,8,2",
         dataloader_type="single",
@@ -117,35 +117,35 @@ def build_config() -> ConfigContainer:
         reset_position_ids=False,
         eod_mask_loss=False,
     )
-    tokenizer = TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=32000)
+    tokenizer = TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=151936)
     logger = LoggerConfig(log_interval=1)
     checkpoint = CheckpointConfig(save=None, load=None)
     cfg = ConfigContainer(model=_model(), train=train, optimizer=optimizer, scheduler=scheduler, dataset=dataset,
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
-    model.seq_length = 2048  # training.seq_length
-    model.tensor_model_parallel_size = 2  # user: pinned in the recipe
+    model.seq_length = 4096  # training.seq_length
+    model.tensor_model_parallel_size = 1  # user: pinned in the recipe
     model.pipeline_model_parallel_size = 1  # user: pinned in the recipe
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.59 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (1.77 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
     model.context_parallel_size = 1  # user: pinned in the recipe
-    model.expert_model_parallel_size = 2  # user: pinned in the recipe
+    model.expert_model_parallel_size = 8  # user: pinned in the recipe
     model.expert_tensor_parallel_size = 1  # user: pinned in the recipe
-    model.sequence_parallel = True  # user: pinned in the recipe
+    model.sequence_parallel = False  # goal: part of the chosen plan (1.77 s/step; see tensor_model_parallel_size)
     model.moe_token_dispatcher_type = 'alltoall'  # user: pinned in the recipe
     model.moe_flex_dispatcher_backend = None  # user: pinned in the recipe
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
-    model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
+    model.moe_router_force_load_balancing = True  # user: pinned in the recipe
     model.moe_grouped_gemm = False  # derived: grouped GEMM experts need Transformer Engine
     model.recompute_granularity = None  # user: pinned in the recipe
-    model.recompute_method = None  # goal: lightest recompute that fits: 39.0 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 39.0 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 39.0 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 43.0 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 43.0 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 43.0 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack: no TE graphs
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.59 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (1.77 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
-    model.mtp_num_layers = None  # model: model catalogue (tiny-moe+custom)
+    model.mtp_num_layers = None  # model: model catalogue (qwen3-30b-a3b+custom)
     model.apply_rope_fusion = False  # goal: needs TE >= 1.4 and, with MLA, YaRN RoPE (transformer_config.py)
     model.cross_entropy_loss_fusion = False  # goal: TE cross-entropy needs Transformer Engine
     model.cross_entropy_fusion_impl = 'native'  # goal: Megatron's default

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
-# mocompile: source recipes/bench/bench-mid-tp2-ep2-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:3236b6fbfd05c060 input sha256:32b691fbd8f19383
-# bench-mid-tp2-ep2-off: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
+# mocompile: source recipes/bench/bench-ep8-q30slice-hybridep-off.yaml (mocompile 0.1.0)
+# mocompile: checksum sha256:37aa653c1a9876ef input sha256:1c2ed63a03e5e56c
+# bench-ep8-q30slice-hybridep-off: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
 #   RUN003 the dispatcher's package (deep_ep) does not import
@@ -20,11 +20,11 @@ fi
 import os
 import sys
 
-REQUIRED_ENV = {'CUDA_DEVICE_MAX_CONNECTIONS': '1'}
+REQUIRED_ENV = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN': '8', 'USE_MNNVL': '0'}
 TORCH_MIN = '2.6.0'
 TE_MIN = None
-DISPATCH_IMPORT = None
-NEEDS_NVCC = False
+DISPATCH_IMPORT = ('deep_ep', 'HybridEPBuffer')
+NEEDS_NVCC = True
 
 
 def version(text):
