@@ -151,6 +151,9 @@ BOUNDARIES = [
                     moe_expert_capacity_factor=1.0),
      dict(**OVERLAP, cuda_graph_impl="transformer_engine", cuda_graph_modules=["moe_router", "moe_preprocess"])),
     ("OVL014", dict(**OVERLAP, global_batch_size=8), dict(**OVERLAP, global_batch_size=16)),
+    ("OVL014", dict(**OVERLAP, global_batch_size=8),
+     dict(**OVERLAP, global_batch_size=8, pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2,
+          overlap_p2p_comm=True)),
     ("DW001", dict(delay_wgrad_compute=True), dict(delay_wgrad_compute=True, **OVERLAP)),
     ("DW002", dict(delay_wgrad_compute=True, **OVERLAP, te_version=None), dict(delay_wgrad_compute=True, **OVERLAP)),
     ("DW003", dict(delay_wgrad_compute=True, **OVERLAP, te_version="2.9.1", cuda_graph_impl="transformer_engine",
@@ -167,9 +170,14 @@ BOUNDARIES = [
      dict(**FLEX_DEEPEP, expert_model_parallel_size=2, world_size=24, nvlink_domain=72)),
     ("DSP004", dict(**FLEX_DEEPEP, expert_model_parallel_size=1), dict(**FLEX_DEEPEP, expert_model_parallel_size=2)),
     ("DSP004", dict(**FLEX_DEEPEP, expert_model_parallel_size=1), dict(expert_model_parallel_size=1)),
+    # a backend left set under alltoall is not in use: DeepEP's group sizes do not apply
+    ("DSP003", dict(**FLEX_DEEPEP, expert_model_parallel_size=12, world_size=24, nvlink_domain=72),
+     dict(moe_flex_dispatcher_backend="deepep", expert_model_parallel_size=12, world_size=24, nvlink_domain=72)),
     ("DSP005", dict(**FLEX_HYBRIDEP, expert_model_parallel_size=4), dict(**FLEX_HYBRIDEP, expert_model_parallel_size=8)),
     ("DSP006", dict(**FLEX_DEEPEP, expert_model_parallel_size=16, world_size=16),
      dict(**FLEX_DEEPEP, expert_model_parallel_size=8, world_size=16)),
+    ("DSP006", dict(**FLEX_DEEPEP, expert_model_parallel_size=16, world_size=16),
+     dict(**FLEX_DEEPEP, expert_model_parallel_size=4, world_size=16)),
     ("DSP007", dict(moe_shared_expert_overlap=True, moe_shared_expert_intermediate_size=512,
                     moe_token_dispatcher_type="allgather"),
      dict(moe_shared_expert_overlap=True, moe_shared_expert_intermediate_size=512)),
@@ -220,6 +228,9 @@ BOUNDARIES = [
      dict(cuda_graph_impl="full_iteration", cuda_graph_modules=None)),
     ("CG002", dict(cuda_graph_impl="full_iteration", cuda_graph_modules=["attn"]),
      dict(cuda_graph_impl=None, cuda_graph_modules=["attn"])),
+    ("CG003", dict(cuda_graph_impl="transformer_engine", cuda_graph_modules=["moe", "moe_router", "attn"],
+                   moe_expert_capacity_factor=1.0),
+     dict(cuda_graph_impl="transformer_engine", cuda_graph_modules=["moe", "attn"], moe_expert_capacity_factor=1.0)),
     ("CG003", dict(cuda_graph_impl="transformer_engine", cuda_graph_modules=["moe", "moe_router"],
                    moe_expert_capacity_factor=1.0),
      dict(cuda_graph_impl="transformer_engine", cuda_graph_modules=["moe"], moe_expert_capacity_factor=1.0)),
@@ -283,11 +294,13 @@ BOUNDARIES = [
     ("TOK002", dict(data_type="gpt", tokenizer_type="NullTokenizer"),
      dict(data_type="gpt", tokenizer_type="HuggingFaceTokenizer")),
     ("DATA001", dict(eval_interval=10, split="100,0,0"), dict(eval_interval=10, split="99,1,0")),
+    ("DATA001", dict(eval_interval=10, split="100,0,0"), dict(eval_interval=10, split=None)),
     ("CKPT001", dict(load="/ckpt"), dict(load="/ckpt", save="/ckpt")),
     ("CKPT002", dict(async_save=True, save="/ckpt", ckpt_format="torch"),
      dict(async_save=True, save="/ckpt", ckpt_format="torch_dist")),
     ("CKPT003", dict(async_save=True), dict(async_save=True, save="/ckpt")),
     ("CKPT004", dict(save="/ckpt", save_interval=101), dict(save="/ckpt", save_interval=100)),
+    ("CKPT004", dict(save="/ckpt", save_interval=101), dict(save="/ckpt", save_interval=50)),
     ("CKPT005", dict(ckpt_format="fsdp_dtensor", save="/ckpt"), dict(ckpt_format="fsdp_dtensor")),
     ("CKPT006", dict(ckpt_format="torch_dcp", save="/ckpt"), dict(ckpt_format="torch_dist", save="/ckpt")),
     ("CKPT006", dict(ckpt_format="torch", load="/ckpt"), dict(ckpt_format="torch")),
@@ -453,6 +466,8 @@ def test_split_shares_normalise_and_an_all_zero_split_has_none():
     assert split_share("2,2", 2) == 0.0
     assert split_share("0,0,0", 1) is None
     assert split_share("1,1,2,4", 0) == 0.25  # a fourth part is ignored
+    assert split_share("100", 1) == 0.0  # missing parts are 0
+    assert split_share("0.6,0.4", 0) == pytest.approx(0.6)  # a total of 1 is already normalised
     assert split_share(None, 0) is None
 
 

@@ -32,23 +32,31 @@ def main(sessions: list[str]) -> int:
         command = config["cosmic-ray"]["test-command"]
         db = sqlite3.connect(session)
         survivors = db.execute("select job_id, diff from work_results where test_outcome = 'SURVIVED'").fetchall()
-        killed = 0
+        killed = skipped = 0
         with tempfile.TemporaryDirectory(prefix="mocompile-retest-") as tmp:
             work = Path(tmp)
             snapshot(work)
             for job_id, diff in survivors:
-                body = diff.split("--- mutation diff ---\n", 1)[-1]
-                subprocess.run(["patch", "-p1", "-s"], cwd=work, input=body, text=True, check=True)
+                body = diff.split("--- mutation diff ---\n", 1)[-1].rstrip("\n") + "\n"
+                applied = subprocess.run(["patch", "-p1", "-s", "-N", "-r", "-", "--no-backup-if-mismatch"], cwd=work,
+                                         input=body, text=True, capture_output=True)
+                if applied.returncode != 0:  # the code moved on since the run: leave it a survivor
+                    skipped += 1
+                    changed = [ln for ln in body.splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
+                    print(f"  does not apply: {' | '.join(changed)}")
+                    snapshot(work)  # restore any half-applied file
+                    continue
                 try:
                     proc = subprocess.run(command, shell=True, cwd=work, capture_output=True, text=True, timeout=600)
                 finally:
-                    subprocess.run(["patch", "-p1", "-R", "-s"], cwd=work, input=body, text=True, check=True)
+                    subprocess.run(["patch", "-p1", "-R", "-s", "-r", "-", "--no-backup-if-mismatch"], cwd=work,
+                                   input=body, text=True, check=True)
                 if proc.returncode != 0:
                     killed += 1
                     db.execute("update work_results set test_outcome = 'KILLED', output = 'retested: ' || output "
                                "where job_id = ?", (job_id,))
                     db.commit()
-        print(f"{session}: {len(survivors)} survivors re-run, {killed} now killed")
+        print(f"{session}: {len(survivors)} survivors, {killed} now killed, {skipped} no longer apply")
     return 0
 
 
