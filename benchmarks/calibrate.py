@@ -226,7 +226,7 @@ def ab_checks(rows: list[dict[str, Any]], c: dict[str, float]) -> list[tuple[str
 
 def report(rows: list[dict[str, Any]], c: dict[str, float], names: list[str], loo: bool = True) -> str:
     lines = ["step-time model calibration (mocompile benchmarks/calibrate.py)",
-             f"fitted constants: " + ", ".join(f"{n}={c[n]:.4g}" for n in names), "",
+             "fitted constants: " + ", ".join(f"{n}={c[n]:.4g}" for n in names), "",
              f"{'row':<36} {'measured s':>10} {'predicted':>10} {'error':>7} {'LOO pred':>9} {'LOO err':>7}"]
     errs, loo_errs = [], []
     fit_rows = [r for r in rows if r["fit"]]

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import statistics
 import sys
 import tempfile
 from collections import defaultdict

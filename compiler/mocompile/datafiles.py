@@ -22,8 +22,25 @@ def _cache_path(path: str) -> str | None:
     except OSError:
         return None
     key = f"{os.path.realpath(path)}|{st.st_size}|{st.st_mtime_ns}|{__version__}"
+    return os.path.join(cache_dir(), hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
+
+
+def cache_dir() -> str:
+    """``$XDG_CACHE_HOME/mocompile`` (or ``~/.cache/mocompile``): parsed data and planner verdicts."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "mocompile", hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
+    return os.path.join(base, "mocompile")
+
+
+def write_json_atomic(path: str, data: Any) -> None:
+    """Write JSON beside ``path`` and rename it into place; a cache that cannot be written is ignored."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, path)
+    except (OSError, TypeError, ValueError):
+        pass
 
 
 def load_yaml(path: str) -> Any:
@@ -39,12 +56,5 @@ def load_yaml(path: str) -> Any:
     with open(path, encoding="utf-8") as fh:
         data = YAML(typ="safe").load(fh)
     if cache:
-        try:
-            os.makedirs(os.path.dirname(cache), exist_ok=True)
-            tmp = f"{cache}.{os.getpid()}.tmp"
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump(data, fh)
-            os.replace(tmp, cache)
-        except (OSError, TypeError, ValueError):
-            pass
+        write_json_atomic(cache, data)
     return data

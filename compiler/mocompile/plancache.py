@@ -18,6 +18,7 @@ import os
 from typing import Any
 
 from mocompile import __version__
+from mocompile.datafiles import cache_dir, write_json_atomic
 
 ENABLED = False   # set by the command line
 
@@ -42,8 +43,7 @@ def _path(key: Any) -> str | None:
         text = json.dumps([_fingerprint(), key], sort_keys=True, default=str)
     except (TypeError, ValueError, OSError):
         return None
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "mocompile", "plans", hashlib.sha256(text.encode()).hexdigest()[:32] + ".json")
+    return os.path.join(cache_dir(), "plans", hashlib.sha256(text.encode()).hexdigest()[:32] + ".json")
 
 
 def get(key: Any) -> dict[str, Any] | None:
@@ -59,13 +59,5 @@ def get(key: Any) -> dict[str, Any] | None:
 
 def put(key: Any, verdict: dict[str, Any]) -> None:
     path = _path(key)
-    if not path:
-        return
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(verdict, fh)
-        os.replace(tmp, path)
-    except (OSError, TypeError, ValueError):
-        pass
+    if path:
+        write_json_atomic(path, verdict)

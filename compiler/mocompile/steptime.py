@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from mocompile.datafiles import load_yaml
@@ -384,11 +384,4 @@ def _dp_exposed(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, world: i
     return max(0.0, t - per_mb)
 
 
-def with_constants(base: dict[str, float], **changes: float) -> dict[str, float]:
-    out = dict(base)
-    out.update(changes)
-    return out
-
-
-__all__ = ["Batch", "Candidate", "StepEstimate", "a2a_seconds", "constants", "estimate", "flops_per_token",
-           "replace", "with_constants"]
+__all__ = ["Batch", "Candidate", "StepEstimate", "a2a_seconds", "constants", "covers", "estimate", "flops_per_token"]
