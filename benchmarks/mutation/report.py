@@ -47,6 +47,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--commit", default="?")
     parser.add_argument("--named", help="output of named_survivors.py, quoted in the report")
+    parser.add_argument("--notes", help="a Markdown file appended as the report's last section")
     parser.add_argument("sessions", nargs="+")
     args = parser.parse_args()
     known = reasons()
@@ -105,6 +106,8 @@ def main() -> int:
         out += ["", "## The survivors issue 13 named", "",
                 "`benchmarks/mutation/named_survivors.py` plants each bug the issue listed, one at a time, and runs "
                 "the same tests:", "", "```", Path(args.named).read_text().rstrip(), "```"]
+    if args.notes:
+        out += ["", Path(args.notes).read_text().rstrip()]
     out.append("")
     print("\n".join(out))
     return 0

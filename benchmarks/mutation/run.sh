@@ -28,6 +28,6 @@ session layout '"compiler/mocompile/layout.py", "compiler/mocompile/rules/engine
 wait
 "$PY" "$ROOT/benchmarks/mutation/named_survivors.py" > "$SCRATCH/named.txt" || true
 "$PY" "$ROOT/benchmarks/mutation/report.py" --commit "$(git -C "$ROOT" rev-parse --short HEAD)" \
-  --named "$SCRATCH/named.txt" "$SCRATCH/checks/session.sqlite" "$SCRATCH/layout/session.sqlite" \
+  --named "$SCRATCH/named.txt" --notes "$ROOT/benchmarks/mutation/notes.md" "$SCRATCH/checks/session.sqlite" "$SCRATCH/layout/session.sqlite" \
   > "$ROOT/docs/mutation.md"
 echo "wrote docs/mutation.md (sessions in $SCRATCH)"
