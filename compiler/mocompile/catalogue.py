@@ -77,6 +77,7 @@ def resolve_model(intent: dict[str, Any], doc: Document) -> dict[str, Any]:
         # A changed architecture no longer matches the upstream recipe's model.
         if set(spec) - {"base", "display"}:
             merged["bridge"] = {"module": None, "recipe": None, "needs_hf_config": False}
+            merged["hf_id"] = None  # nor does the upstream checkpoint's id describe it any more
     merged.update({k: v for k, v in spec.items() if k != "base"})
     missing = [k for k in REQUIRED_MODEL_KEYS if k not in merged]
     if missing:

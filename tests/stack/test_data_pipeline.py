@@ -92,7 +92,10 @@ def _compile(tmp: Path, corpus: dict, **changes: str) -> Path:
 
 def _preflight(recipe_dir: Path, **env: str) -> subprocess.CompletedProcess:
     e = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
-    e.update(PYTHON=sys.executable, CUDA_DEVICE_MAX_CONNECTIONS="8", **env)
+    # the launchers export the plan's environment block before preflight runs: do the same
+    lock = json.loads((recipe_dir / "mocompile.lock.json").read_text(encoding="utf-8"))
+    e.update({k: str(d["value"]) for k, d in lock["env"].items()})
+    e.update(PYTHON=sys.executable, **env)
     return subprocess.run(["bash", str(recipe_dir / "preflight.sh")], env=e, capture_output=True, text=True,
                           timeout=300)
 
@@ -131,7 +134,10 @@ def test_preflight_passes_and_says_there_is_no_resume_point(tmp_path, corpus):
     # Resuming needs Transformer Engine with megatron-core 0.19.2 (CKPT007): target TE, and let the
     # TE import shim stand in for it (preflight only checks that TE imports at the right version).
     recipe_dir = _compile(tmp_path, corpus, **{"checkpoint.load": str(tmp_path / "ckpt"),
-                                               "versions.transformer_engine": "2.12.0"})
+                                               "versions.transformer_engine": "2.12.0",
+                                               # this test is about data and resume: keep the planner off
+                                               # flex dispatchers, whose package (RUN003) is not installed here
+                                               "moe.dispatcher": "alltoall"})
     shim = dict(PYTHONPATH=str(STACK / "te_shim"))
     proc = _preflight(recipe_dir, **shim)
     assert proc.returncode == 0, proc.stderr

@@ -9,6 +9,8 @@ Megatron-Core is made to see that version (``megatron.core.utils._te_version`` /
 
 from __future__ import annotations
 
+import re
+
 import json
 from importlib import metadata
 from pathlib import Path
@@ -88,7 +90,9 @@ def test_versioned_rules_hold_only_inside_their_range():
             assert key in VERSION_KEYS, (rule.id, key)
             assert not rule.applies({VERSION_KEYS[key]: None}) or not spec  # no target: never applies
             # A version just inside and one far outside the range.
-            inside = next(v for v in ("0.0.1", "1.0.0", "2.5.0", "2.9.0", "2.11.0", "99.0.0") if in_range(v, spec))
+            pinned = re.findall(r"==\s*(\S+)", spec)  # a rule keyed to one release ("==0.19.2")
+            inside = next(v for v in (*pinned, "0.0.1", "1.0.0", "2.5.0", "2.9.0", "2.11.0", "99.0.0")
+                          if in_range(v, spec))
             outside = next(v for v in ("99.0.0", "0.0.1") if not in_range(v, spec))
             assert rule.applies({VERSION_KEYS[key]: inside}), (rule.id, inside)
             assert not rule.applies({VERSION_KEYS[key]: outside}), (rule.id, outside)
