@@ -29,10 +29,20 @@ def _diag(message: str, pos: Position, hint: str = "", rule: str = "INPUT") -> D
     return Diagnostic(rule, "error", message, pos, hint)
 
 
-@functools.lru_cache(maxsize=1)
-def _composer() -> YAML:
-    """The C-accelerated safe loader: nodes keep their marks, at a seventh of round-trip's cost."""
+def _loader() -> YAML:
+    """A fresh C-accelerated safe loader (nodes keep their marks, at a seventh of round-trip's cost).
+
+    Fresh for each text: one shared loader keeps everything it ever read (ruamel appends a
+    DocInfo per compose and its constructor caches every node), which grew a long fuzz run to
+    24 GB; a pre-commit hook over many files or an editor integration would leak the same way.
+    """
     return YAML(typ="safe", pure=False)
+
+
+@functools.lru_cache(maxsize=1)
+def _constructor() -> Any:
+    """One scalar constructor; ``_scalar`` drops what it caches after each value."""
+    return _loader().constructor
 
 
 def _pos(file: str, mark: Any) -> Position:
@@ -79,7 +89,11 @@ def _scalar(node: Node) -> Any:
     """Construct one scalar with YAML 1.2 safe rules (ints, floats, booleans, null, strings)."""
     if not isinstance(node, ScalarNode):
         raise InputError([_diag("a mapping key must be a plain value", Position("<input>"))])
-    value = _composer().constructor.construct_object(node, deep=True)
+    constructor = _constructor()
+    try:
+        value = constructor.construct_object(node, deep=True)
+    finally:
+        constructor.constructed_objects.pop(node, None)
     if isinstance(value, bool) or value is None or isinstance(value, (int, float)):
         return value
     return str(value) if isinstance(value, str) else value
@@ -92,8 +106,9 @@ def parse_text(text: str, file: str) -> tuple[dict[str, Any], dict[Path, Positio
         raise InputError([_diag("file is empty; a recipe needs at least `schema`, `model`, `hardware` and `goal`",
                                 Position(file, 1, 1), "start from one of the files in recipes/")])
     try:
-        limits.scan(_composer().parse(text), file)
-        node = _composer().compose(text)
+        loader = _loader()
+        limits.scan(loader.parse(text), file)
+        node = loader.compose(text)
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
@@ -241,8 +256,9 @@ def parse_override(expr: str) -> tuple[list[str], Any]:
     if not raw.strip():
         return keys, ""
     try:
-        limits.scan(_composer().parse(raw), CLI)
-        node = _composer().compose(raw)
+        loader = _loader()
+        limits.scan(loader.parse(raw), CLI)
+        node = loader.compose(raw)
         if node is None:
             return keys, None
         return keys, _plain(node, CLI, tuple(keys), {})
