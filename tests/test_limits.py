@@ -235,3 +235,20 @@ def test_every_limit_is_documented_in_the_readme():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     for limit in ALL:
         assert f"`{limit.id}`" in readme, limit.id
+
+
+def test_loading_many_recipes_in_one_process_keeps_memory_flat():
+    """A shared YAML loader used to keep every document it read (24 GB in a long fuzz run)."""
+    import tracemalloc
+    recipe = Path(__file__).resolve().parent.parent / "recipes" / "tiny-moe-h100x2.yaml"
+    for _ in range(30):
+        _load(recipe)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(300):
+            _load(recipe)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 512 * 1024, f"{grown / 1e6:.1f} MB kept by 300 loads"
