@@ -7,12 +7,10 @@ predicted effect of flipping it (from the step-time model) and the runners-up th
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any
 
 from mocompile import steptime
 from mocompile.resolve.context import Context
-from mocompile.resolve.search import FLEX, Scored, Scorer, min_gpus_that_fit, search, settings, trust_margin, why_lost
+from mocompile.resolve.search import min_gpus_that_fit, search, settings, trust_margin, why_lost
 
 # Intent path of each field the planner sets (pinned values keep their position).
 PATHS: dict[str, tuple[str, ...]] = {
@@ -36,33 +34,6 @@ GOAL_WHY = {"throughput": "fastest predicted plan", "fit": "lowest predicted mem
             "bring-up": "simplest legal plan (alltoall, no overlap, no graphs, least model parallelism)"}
 
 
-def _flip(sc: Scorer, base: Scored, **change: Any) -> float | None:
-    """Predicted step-time change (s) of one knob flip on the winner, or None when illegal or unfit."""
-    trial = sc.score(replace(base.cand, **change))
-    if not trial.fits or sc.check(trial):
-        return None
-    return trial.step - base.step
-
-
-def _effects(ctx: Context, res_winner: Scored) -> dict[str, str]:
-    """For the dispatcher, overlap and graph choices: what the alternatives are predicted to cost."""
-    sc = Scorer(ctx)
-    w = res_winner
-    out: dict[str, str] = {}
-    alts = []
-    for disp in ["alltoall"] + [b for b in FLEX if b in ctx["gpu_flex_backends"]]:
-        if disp != w.cand.dispatcher:
-            d = _flip(sc, w, dispatcher=disp, num_sms=None)
-            alts.append(f"{disp} {'illegal or does not fit' if d is None else f'{d:+.2f} s'}")
-    out["dispatcher"] = "; ".join(alts)
-    d = _flip(sc, w, overlap=not w.cand.overlap, delay_wgrad=False)
-    out["overlap"] = f"overlap {'off' if w.cand.overlap else 'on'}: " + ("illegal or does not fit" if d is None else f"{d:+.2f} s")
-    if w.cand.graphs != "none":
-        d = _flip(sc, w, graphs="none")
-        out["graphs"] = "no graphs: " + ("illegal" if d is None else f"{d:+.2f} s")
-    return out
-
-
 def plan(ctx: Context) -> None:
     """Search, then record the winner's settings with reasons."""
     res = search(ctx)
@@ -79,7 +50,7 @@ def plan(ctx: Context) -> None:
                  f"({res.anchor.step:.2f} s, {why_lost(res.anchor, w) if res.anchor.broken or not res.anchor.fits else 'slower'})")
     rejected = [(r.cand.label(), why_lost(r, w, margin=bool(w.anchor))) for r in res.runners_up + res.excluded]
     part = f"part of the chosen plan ({est.step_s:.2f} s/step; see tensor_model_parallel_size)"
-    effects = _effects(ctx, w) if ctx.goal == "throughput" else {}
+    effects = res.effects
     values = settings(ctx, w.cand)
     for name, value in values.items():
         path = PATHS.get(name)

@@ -411,6 +411,7 @@ class SearchResult:
     anchor: Scored | None
     scored: int
     fits_anywhere: bool
+    effects: dict[str, str] = field(default_factory=dict)  # predicted cost of flipping the winner's knobs
 
 
 SIMPLICITY = 0.002  # each extra feature must buy more than 0.2 % of predicted step time
@@ -431,17 +432,43 @@ def _rank_key(goal: str):
     return lambda s: (not s.fits, s.step * (1 + SIMPLICITY * complexity(s.cand)))
 
 
+def _flip(sc: Scorer, base: Scored, **change: Any) -> float | None:
+    """Predicted step-time change (s) of one knob flip on the winner, or None when illegal or unfit."""
+    trial = sc.score(replace(base.cand, **change))
+    if not trial.fits or sc.check(trial):
+        return None
+    return trial.step - base.step
+
+
+def effects(ctx: Context, res_winner: Scored) -> dict[str, str]:
+    """For the dispatcher, overlap and graph choices: what the alternatives are predicted to cost."""
+    sc = Scorer(ctx)
+    w = res_winner
+    out: dict[str, str] = {}
+    alts = []
+    for disp in ["alltoall"] + [b for b in FLEX if b in ctx["gpu_flex_backends"]]:
+        if disp != w.cand.dispatcher:
+            d = _flip(sc, w, dispatcher=disp, num_sms=None)
+            alts.append(f"{disp} {'illegal or does not fit' if d is None else f'{d:+.2f} s'}")
+    out["dispatcher"] = "; ".join(alts)
+    d = _flip(sc, w, overlap=not w.cand.overlap, delay_wgrad=False)
+    out["overlap"] = f"overlap {'off' if w.cand.overlap else 'on'}: " + ("illegal or does not fit" if d is None else f"{d:+.2f} s")
+    if w.cand.graphs != "none":
+        d = _flip(sc, w, graphs="none")
+        out["graphs"] = "no graphs: " + ("illegal" if d is None else f"{d:+.2f} s")
+    return out
+
+
 def _to_json(s: Scored) -> dict[str, Any]:
-    return {"cand": asdict(s.cand), "anchor": s.anchor}
+    return {"cand": asdict(s.cand), "anchor": s.anchor, "est": asdict(s.est), "mem": s.mem, "fits": s.fits,
+            "broken": s.broken}
 
 
-def _from_json(sc: Scorer, d: dict[str, Any]) -> Scored:
+def _from_json(d: dict[str, Any]) -> Scored:
     c = dict(d["cand"])
     rc = c["recompute"]
     c["recompute"] = (rc[0], tuple(rc[1]) if rc[1] is not None else None, rc[2], rc[3])
-    s = sc.score(Candidate(**c), d["anchor"])
-    sc.check(s)
-    return s
+    return Scored(Candidate(**c), StepEstimate(**d["est"]), d["mem"], d["fits"], d["anchor"], d["broken"])
 
 
 def search(ctx: Context) -> SearchResult:
@@ -449,18 +476,19 @@ def search(ctx: Context) -> SearchResult:
     cached = plancache.get(ctx.intent)
     if cached is not None:
         try:
-            sc = Scorer(ctx)
-            return SearchResult(_from_json(sc, cached["winner"]), [_from_json(sc, d) for d in cached["runners_up"]],
-                                [_from_json(sc, d) for d in cached["excluded"]],
-                                _from_json(sc, cached["anchor"]) if cached["anchor"] else None,
-                                cached["scored"], cached["fits_anywhere"])
+            return SearchResult(_from_json(cached["winner"]), [_from_json(d) for d in cached["runners_up"]],
+                                [_from_json(d) for d in cached["excluded"]],
+                                _from_json(cached["anchor"]) if cached["anchor"] else None,
+                                cached["scored"], cached["fits_anywhere"], dict(cached["effects"]))
         except (KeyError, TypeError, ValueError, IndexError):
             pass  # an unreadable entry: search again
     res = _search(ctx)
+    if ctx.goal == "throughput":
+        res.effects = effects(ctx, res.winner)
     plancache.put(ctx.intent, {"winner": _to_json(res.winner), "runners_up": [_to_json(s) for s in res.runners_up],
                                "excluded": [_to_json(s) for s in res.excluded],
                                "anchor": _to_json(res.anchor) if res.anchor else None,
-                               "scored": res.scored, "fits_anywhere": res.fits_anywhere})
+                               "scored": res.scored, "fits_anywhere": res.fits_anywhere, "effects": res.effects})
     return res
 
 
