@@ -96,3 +96,20 @@ def test_rule_docs_are_generated_from_the_catalogue():
     proc = run_cli("rules", "--format", "markdown")
     assert proc.returncode == 0
     assert proc.stdout == (ROOT / "docs" / "rules.md").read_text(), "run: mocompile rules --format markdown > docs/rules.md"
+
+
+def test_an_unwritable_output_is_a_write_error_not_a_hand_edit(tmp_path):
+    """The file system refusing is exit 2 with its own ID; EDITED (exit 1, --force) is for hand edits only."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "tiny-moe-h100x2").write_text("a file where the recipe's folder should go\n")
+    proc = run_cli("compile", TINY, "-o", str(out), "--format", "json")
+    assert proc.returncode == 2
+    found = json.loads(proc.stdout)
+    assert [d["rule"] for d in found] == ["WRITE"] and "is not a folder" in found[0]["message"]
+    assert (out / "tiny-moe-h100x2").read_text() == "a file where the recipe's folder should go\n"
+
+
+def test_explain_knows_the_input_limits_too():
+    proc = run_cli("explain", "LIM004")
+    assert proc.returncode == 0 and "too-many-values (LIM004)" in proc.stdout and "20,000" in proc.stdout

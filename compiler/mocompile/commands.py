@@ -61,10 +61,15 @@ def cmd_compile(args: argparse.Namespace) -> int:
             if r.files and r.plan is not None:
                 from mocompile.emit.writer import write_outputs
                 problem = write_outputs(out_dir, r.plan.name, r.files, force=args.force)
-                if problem:
+                if problem and problem.startswith("refusing to overwrite hand-edited"):
                     diags.append(Diagnostic("EDITED", "error", problem, Position(r.source),
                                             "review the hand edit, then rerun with --force to overwrite"))
                     code = max(code, EXIT_FINDINGS)
+                elif problem:  # the file system said no: nothing to do with hand edits
+                    diags.append(Diagnostic("WRITE", "error", problem, Position(r.source),
+                                            "check the output folder (-o / [tool.mocompile] output): it must be "
+                                            "a writable folder with free space"))
+                    code = max(code, EXIT_INPUT)
                 else:
                     written.append(os.path.join(out_dir, r.plan.name))
     emit_diagnostics(args, diags)
@@ -141,6 +146,16 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from mocompile.rules.engine import by_id
     rules = by_id()
     target = args.target
+    from mocompile.limits import ALL as LIMITS
+    limit = next((lim for lim in LIMITS if lim.id == target.upper()), None)
+    if limit is not None and not os.path.exists(target):
+        if _fmtname(args) == "json":
+            print(json_dump({"id": limit.id, "name": limit.name, "bound": limit.value, "hint": limit.hint}))
+        else:
+            bound = f"; bound {limit.value:,}" if limit.value else ""
+            print(f"{limit.name} ({limit.id})\n\ninput limit, checked while the YAML is read (exit 2){bound}\n"
+                  f"Fix: {limit.hint}")
+        return EXIT_CLEAN
     if target.upper() in rules and not os.path.exists(target):
         r = rules[target.upper()]
         if _fmtname(args) == "json":

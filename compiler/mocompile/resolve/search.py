@@ -83,6 +83,7 @@ def _pin(ctx: Context, *path: str) -> Any:
 
 
 def _divisors(n: int) -> list[int]:
+    """Divisors of a small number (expert counts: never the world size, which may be huge)."""
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
@@ -171,7 +172,7 @@ def layouts_for(ctx: Context, world: int) -> list[Layout]:
     tps = [p["tp"]] if p["tp"] else [t for t in (1, 2, 4, 8) if t <= gpn and heads % t == 0
                                      and (groups % t == 0 or t % groups == 0)]
     cps = [p["cp"]] if p["cp"] else ([1, 2, 4, 8] if seq >= 16384 else [1])
-    pps = [p["pp"]] if p["pp"] else [d for d in _divisors(world) if d <= layers]
+    pps = [p["pp"]] if p["pp"] else [d for d in range(1, min(world, layers) + 1) if world % d == 0]
     etps = [p["etp"]] if p["etp"] else [1]
     eps = [p["ep"]] if p["ep"] else [e for e in _divisors(experts) if world % e == 0]
     units = layers + 2 + mtp
