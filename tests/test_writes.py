@@ -172,7 +172,8 @@ def test_a_file_where_the_folder_goes_is_not_replaced(tmp_path):
     (out / NAME).write_text("mine\n")
     proc = compile_proc(out, 1)
     stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 1 and "exists and is not a folder" in stdout + stderr
+    # the file system is in the way, not a hand edit: WRITE, exit 2 (no --force hint)
+    assert proc.returncode == 2 and "exists and is not a folder" in stdout + stderr and "WRITE" in stdout + stderr
     assert (out / NAME).read_text() == "mine\n"
 
 
