@@ -40,17 +40,6 @@ def _attention_params(m: dict[str, Any]) -> float:
 
 def parameters(m: dict[str, Any]) -> dict[str, float]:
     """Total parameter counts by kind (not yet sharded)."""
-    key = tuple(sorted((k, v) for k, v in m.items() if isinstance(v, (int, float, str, bool, type(None)))))
-    hit = _PARAMS.get(key)
-    if hit is None:
-        hit = _PARAMS[key] = _parameters(m)
-    return dict(hit)
-
-
-_PARAMS: dict[tuple[Any, ...], dict[str, float]] = {}
-
-
-def _parameters(m: dict[str, Any]) -> dict[str, float]:
     h = m["hidden_size"]
     g = 3 if m.get("gated_linear_unit", True) else 2
     n_moe = m["num_layers"] - m.get("first_k_dense", 0)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mocompile.datafiles import load_yaml
-from mocompile.memory import _attention_params
+from mocompile.memory import _attention_params, parameters
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "steptime.yaml")
 FP8_PRECISIONS = ("fp8-cs", "fp8-ds", "fp8-blockwise", "mxfp8", "nvfp4")
@@ -158,7 +158,10 @@ def _model_key(m: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
 
 def flops_per_token(m: dict[str, Any], seq: int) -> float:
     """Model FLOPs per token of one training step (forward + backward = 3x forward), as Bridge counts them."""
-    f = _per_token(_model_key(m), seq)
+    return _flops_per_token(m, _per_token(_model_key(m), seq))
+
+
+def _flops_per_token(m: dict[str, Any], f: dict[str, float]) -> float:
     n_moe, n_dense, mtp = _layers(m)
     moe_layer = f["attn_proj"] + f["core_attn"] + f["experts"] + f["shared"] + f["router"]
     dense_layer = f["attn_proj"] + f["core_attn"] + f["dense_mlp"]
@@ -351,12 +354,12 @@ def estimate(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, batch: Batc
 
     dp_comm = _dp_exposed(m, hw, cand, world, dp, per_mb)
     step = steady + bubble + pp_comm + dp_comm + c["step_overhead_s"]
-    flops = flops_per_token(m, s) * batch.global_batch_size * s
-    terms = {"compute": 0.0, "a2a_total": mb * a2a,
+    flops = _flops_per_token(m, f) * batch.global_batch_size * s
+    recompute = mb * share * (n_moe_all * moe_rc + n_dense * dense_rc)
+    terms = {"compute": mb * comp - recompute, "a2a_total": mb * a2a,
              "a2a_exposed": mb * (a2a - hidden), "overlap_slowdown": mb * slowdown, "bubble": bubble,
-             "tp_cp": mb * other, "host_bound": mb * (per_mb - gpu_mb), "pp_p2p": pp_comm, "dp_exposed": dp_comm}
-    terms["recompute"] = mb * share * (n_moe_all * moe_rc + n_dense * dense_rc)
-    terms["compute"] = mb * comp - terms["recompute"]
+             "tp_cp": mb * other, "host_bound": mb * (per_mb - gpu_mb), "pp_p2p": pp_comm, "dp_exposed": dp_comm,
+             "recompute": recompute}
     notes = []
     if cand.overlap and not overlap_ok:
         notes.append("EP overlap has nothing to overlap (one micro-batch in flight)")
@@ -366,8 +369,6 @@ def estimate(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, batch: Batc
 
 def _dp_exposed(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, world: int, dp: int, per_mb: float) -> float:
     """Gradient reduce-scatter + parameter all-gather beyond what one micro-batch's compute hides."""
-    from mocompile.memory import parameters
-
     p = parameters(m)
     share = 1.0 / cand.pp
     dense = (p["attention"] + p["dense_mlp"] + p["shared"] + p["router"]) * share / cand.tp + p["embedding"] / cand.tp / cand.pp

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from mocompile import steptime
 from mocompile.resolve.context import Context
-from mocompile.resolve.search import min_gpus_that_fit, search, settings, trust_margin, why_lost
+from mocompile.resolve.search import HEADROOM, min_gpus_that_fit, search, settings, trust_margin, why_lost
 
 # Intent path of each field the planner sets (pinned values keep their position).
 PATHS: dict[str, tuple[str, ...]] = {
@@ -82,15 +82,16 @@ def plan(ctx: Context) -> None:
                     if value else "no flex dispatcher")
         elif name.startswith("recompute_"):
             ctx.set(name, value, "goal", f"lightest recompute that fits: {w.mem['total_gib']:.1f} GiB <= "
-                    f"{ctx.hw['memory_gib'] * 0.92:.0f} GiB usable" if w.fits else "nothing fits: heaviest recompute")
+                    f"{ctx.hw['memory_gib'] * HEADROOM:.0f} GiB usable" if w.fits else "nothing fits: heaviest recompute")
         elif name == "pipeline_model_parallel_layout":
             ctx.set(name, value, "derived", "balanced layout: embedding and loss counted as a layer each"
                     if value else "even split (or no pipeline)", rules=["PP002", "PP003"] if value else None)
         else:
             ctx.set(name, value, "goal", part)
     ctx.set("step_time_estimate_s", round(w.step, 4), "derived", "mocompile step-time model (steptime.py)")
+    margin = trust_margin(ctx.model)
     ctx.planner = {
-        "goal": ctx.goal, "candidates_scored": res.scored, "trust_margin": None if trust_margin(ctx.model) == float("inf") else trust_margin(ctx.model),
+        "goal": ctx.goal, "candidates_scored": res.scored, "trust_margin": None if margin == float("inf") else margin,
         "chosen": dict(w.summary(), terms_s={k: round(v, 3) for k, v in est.terms.items()}),
         "runners_up": [dict(r.summary(), why_lost=why_lost(r, w, margin=bool(w.anchor))) for r in res.runners_up],
         "excluded": [dict(r.summary(), why_lost=why_lost(r, w)) for r in res.excluded],

@@ -6,7 +6,7 @@ scored by the step-time model (``mocompile.steptime``) and checked against the s
 as ``check``. Ranking follows the goal: predicted step time for ``throughput``, lowest memory then
 time for ``fit``, the simplest legal plan for ``bring-up``. The tuned perf recipe Bridge ships for
 the same model, GPU and precision (``data/anchors.yaml``) is always scored too, and is kept unless
-the model predicts another plan faster by more than its own leave-one-out error.
+the model predicts another plan faster by more than its trust margin (``data/steptime.yaml``).
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ class Scored:
     fits: bool
     anchor: str | None = None
     broken: list[str] | None = None
-    settings: dict[str, Any] = field(default_factory=dict)
 
     @property
     def step(self) -> float:
@@ -225,16 +224,19 @@ def _shared_expert_overlap(ctx: Context, overlap: bool, dispatcher: str) -> bool
     return bool(ctx.model["shared_expert_overlap_default"]) and dispatcher == "alltoall"
 
 
+def _graph_impl(ctx: Context, graphs: str) -> str:
+    """Megatron's cuda_graph_impl for a candidate's graph scope (a pinned impl wins)."""
+    return _pin(ctx, "cuda_graphs", "impl") or \
+        {"none": "none", "full_iteration": "full_iteration"}.get(graphs, "transformer_engine")
+
+
 def settings(ctx: Context, cand: Candidate, world: int | None = None) -> dict[str, Any]:
     """The Megatron fields a candidate sets, derived settings included (what the rules read)."""
     world = world or ctx["world_size"]
     dp = max(1, world // (cand.tp * cand.pp * cand.cp))
     flex = cand.dispatcher in FLEX
     graphs = cand.graphs
-    impl = {"none": "none", "full_iteration": "full_iteration"}.get(graphs, "transformer_engine")
-    pinned_impl = _pin(ctx, "cuda_graphs", "impl")
-    if pinned_impl is not None:
-        impl = pinned_impl
+    impl = _graph_impl(ctx, graphs)
     pinned_mods = _pin(ctx, "cuda_graphs", "modules")
     mods = list(pinned_mods) if pinned_mods is not None else \
         ([] if impl in ("none", "full_iteration") else (["attn"] if graphs == "te_arp" else []) + ROUTER_SCOPES)
@@ -299,9 +301,6 @@ class Scorer:
 
     def _memory(self, cand: Candidate) -> dict[str, Any]:
         flex = cand.dispatcher in FLEX
-        graphs = cand.graphs
-        impl = _pin(self.ctx, "cuda_graphs", "impl") or \
-            {"none": "none", "full_iteration": "full_iteration"}.get(graphs, "transformer_engine")
         rung = cand.recompute
         cfg = dict(self.base)
         cfg.update(tensor_model_parallel_size=cand.tp, pipeline_model_parallel_size=cand.pp,
@@ -313,7 +312,7 @@ class Scorer:
                    moe_token_dispatcher_type="flex" if flex else cand.dispatcher,
                    moe_flex_dispatcher_backend=cand.dispatcher if flex else None,
                    hybridep_ranks_per_domain=min(self.ctx["nvlink_domain"], cand.ep * cand.etp),
-                   cuda_graph_impl=impl)
+                   cuda_graph_impl=_graph_impl(self.ctx, cand.graphs))
         return memory.estimate(self.ctx.model, cfg)
 
     def score(self, cand: Candidate, anchor: str | None = None) -> Scored:
@@ -331,13 +330,12 @@ class Scorer:
             trial = replace(cand, recompute=rung)
             if self.memory(trial)["total_gib"] <= self.limit:
                 return trial
-        return replace(cand, recompute=rungs[-1])
+        return heaviest
 
     def check(self, s: Scored) -> list[str]:
         if s.broken is None:
             cfg = self.config(s.cand)
             cfg["memory_estimate_gib"] = s.mem["total_gib"]
-            s.settings = cfg
             # memory is the search's own test (``fits``); MEM001 reports it on the final plan
             s.broken = sorted(r.id for r in broken_rules(cfg) if r.severity == "error" and r.id != "MEM001")
         return s.broken
@@ -411,7 +409,6 @@ class SearchResult:
     excluded: list[Scored]
     anchor: Scored | None
     scored: int
-    fits_anywhere: bool
     effects: dict[str, str] = field(default_factory=dict)  # predicted cost of flipping the winner's knobs
 
 
@@ -480,7 +477,7 @@ def search(ctx: Context) -> SearchResult:
             return SearchResult(_from_json(cached["winner"]), [_from_json(d) for d in cached["runners_up"]],
                                 [_from_json(d) for d in cached["excluded"]],
                                 _from_json(cached["anchor"]) if cached["anchor"] else None,
-                                cached["scored"], cached["fits_anywhere"], dict(cached["effects"]))
+                                cached["scored"], dict(cached["effects"]))
         except (KeyError, TypeError, ValueError, IndexError):
             pass  # an unreadable entry: search again
     res = _search(ctx)
@@ -489,7 +486,7 @@ def search(ctx: Context) -> SearchResult:
     plancache.put(ctx.intent, {"winner": _to_json(res.winner), "runners_up": [_to_json(s) for s in res.runners_up],
                                "excluded": [_to_json(s) for s in res.excluded],
                                "anchor": _to_json(res.anchor) if res.anchor else None,
-                               "scored": res.scored, "fits_anywhere": res.fits_anywhere, "effects": res.effects})
+                               "scored": res.scored, "effects": res.effects})
     return res
 
 
@@ -567,7 +564,7 @@ def _search(ctx: Context) -> SearchResult:
             and winner is not anchor_scored and winner.step > anchor_scored.step * (1 - trust_margin(ctx.model)):
         legal = [anchor_scored] + [s for s in legal if s.cand.label() != anchor_scored.cand.label()]
         winner = anchor_scored
-    return SearchResult(winner, legal[1:4], excluded, anchor_scored, sc.count, any(s.fits for s in ranked))
+    return SearchResult(winner, legal[1:4], excluded, anchor_scored, sc.count)
 
 
 def min_gpus_that_fit(ctx: Context, limit_gpus: int = 16384) -> int | None:
