@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import tempfile
@@ -9,6 +10,11 @@ from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "compiler"))
+# The benchmarks run the compiler in-process: they need its dependencies, not only the stdlib.
+_MISSING = [name for name in ("ruamel", "cerberus") if importlib.util.find_spec(name) is None]
+if _MISSING:
+    sys.exit(f"{os.path.basename(sys.argv[0])}: missing {', '.join(_MISSING)}. Run it with mocompile's environment: "
+             "`bin/mocompile --version` creates .venv once, then `.venv/bin/python benchmarks/<script>.py`")
 
 from mocompile.catalogue import gpus  # noqa: E402
 from mocompile.load import load  # noqa: E402

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Fit the step-time model's constants on published measurements and print how well it predicts.
 
-    python benchmarks/calibrate.py            # print the table with the committed constants + leave-one-out
-    python benchmarks/calibrate.py --write    # refit, write compiler/mocompile/data/steptime.yaml values
+    .venv/bin/python benchmarks/calibrate.py          # the table with the committed constants + leave-one-out
+    .venv/bin/python benchmarks/calibrate.py --write  # refit, write compiler/mocompile/data/steptime.yaml values
+
+(`bin/mocompile --version` creates .venv with mocompile's dependencies on a fresh machine.)
 
 Only the constants marked ``fitted: true`` in data/steptime.yaml move. The fit minimises the squared
 log error of predicted vs measured step time over the rows with ``fit: true`` in
@@ -22,7 +24,9 @@ from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "compiler"))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
+import anchor_intents as ai  # noqa: E402  (first: it says how to run when dependencies are missing)
 from mocompile import steptime  # noqa: E402
 from mocompile.catalogue import _defaults, gpus, models  # noqa: E402
 from mocompile.datafiles import load_yaml  # noqa: E402
@@ -99,7 +103,6 @@ def anchor_neighbourhoods() -> list[tuple[str, Setup, list[Setup]]]:
     """
     from dataclasses import replace
 
-    import anchor_intents as ai
     from mocompile.resolve import search
 
     out = []

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """How close are mocompile's `auto` plans to the perf recipes NVIDIA ships? (prints tables; not a test)
 
-    python benchmarks/plan_quality.py                 # agreement, disagreements, weak scaling, calibration
-    python benchmarks/plan_quality.py --out benchmarks/results/plan_quality.txt
+    .venv/bin/python benchmarks/plan_quality.py       # agreement, disagreements, weak scaling, calibration
+    .venv/bin/python benchmarks/plan_quality.py --no-calibration --out benchmarks/results/plan_quality.txt
+
+(`bin/mocompile --version` creates .venv with mocompile's dependencies on a fresh machine.)
 
 For every shipped MoE perf recipe of a catalogue model (compiler/mocompile/data/anchors.yaml, variants
 excluded), an intent is written as a new user would: model, GPU, node count, `goal: throughput`, the
@@ -31,10 +33,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "compiler"))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
+from anchor_intents import consistent, intent_text, shipped_rows  # noqa: E402  (first: checks the dependencies)
 from mocompile.errors import InputError  # noqa: E402
 from mocompile.pipeline import analyse  # noqa: E402
 from mocompile.resolve import search  # noqa: E402
-from anchor_intents import consistent, intent_text, shipped_rows  # noqa: E402
 
 GROUP = {"bf16": "BF16", "fp8-cs": "FP8", "fp8-ds": "FP8", "fp8-blockwise": "FP8", "mxfp8": "FP8", "nvfp4": "NVFP4"}
 FIELDS = ("layout", "dispatcher", "overlap", "recompute")
