@@ -80,7 +80,6 @@ def _colour(args: argparse.Namespace) -> bool:
 
 
 def emit_diagnostics(args: argparse.Namespace, diags: list[Diagnostic]) -> None:
-    from mocompile.rules.engine import rules
     fmt = _fmt(args)
     if fmt == "json":
         print(formats.as_json(diags))
@@ -88,6 +87,7 @@ def emit_diagnostics(args: argparse.Namespace, diags: list[Diagnostic]) -> None:
         if diags:
             print(formats.github(diags))
     elif fmt == "sarif":
+        from mocompile.rules.engine import rules  # the catalogue only where SARIF describes rules
         print(formats.sarif(diags, list(rules())))
     elif diags:
         print(formats.text(diags, _colour(args)))
@@ -102,12 +102,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.verb is None:
             build_parser().print_help()
             return EXIT_INPUT
-        from mocompile import commands, plancache
-        plancache.ENABLED = True  # re-plan only what changed (pre-commit runs lint on every commit)
+        from mocompile import commands, lintcache, plancache
+        # re-plan and re-lint only what changed (pre-commit runs lint on every commit)
+        plancache.ENABLED = lintcache.ENABLED = True
         try:
             return getattr(commands, "cmd_" + args.verb)(args)
         finally:
-            plancache.ENABLED = False  # an in-process caller (tests, tools) always searches
+            plancache.ENABLED = lintcache.ENABLED = False  # an in-process caller (tests, tools) always searches
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INPUT

@@ -3,17 +3,32 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from mocompile import formats
 from mocompile.cli import emit_diagnostics, json_dump
 from mocompile.errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INPUT, InputError, UsageError
 from mocompile.ir import Diagnostic, Position
-from mocompile.pipeline import Result, analyse, compile_recipe
 from mocompile.project import load_settings
+
+if TYPE_CHECKING:
+    from mocompile.pipeline import Result
+
+# The pipeline (YAML loader, cerberus, planner) is imported only where a verb needs it: a `lint` whose
+# files all hit the verdict cache (mocompile.lintcache) imports none of it.
+
+
+def analyse(path: str, sets: list[str] | None = None, unsets: list[str] | None = None) -> Result:
+    from mocompile.pipeline import analyse as run
+    return run(path, sets, unsets)
+
+
+def compile_recipe(path: str, sets: list[str] | None = None, unsets: list[str] | None = None) -> Result:
+    from mocompile.pipeline import compile_recipe as run
+    return run(path, sets, unsets)
 
 
 def _run_all(paths: list[str], fn, args: argparse.Namespace) -> tuple[list[Result], list[Diagnostic], int]:
@@ -32,9 +47,34 @@ def _run_all(paths: list[str], fn, args: argparse.Namespace) -> tuple[list[Resul
     return results, diags, code
 
 
+class _Cached:
+    """A verdict from the lint cache: only what ``_run_all`` reads of a ``Result``."""
+
+    def __init__(self, diagnostics: list[Diagnostic]):
+        self.diagnostics = diagnostics
+        self.errors = [d for d in diagnostics if d.severity == "error"]
+
+
+def _lint_one(path: str, sets: list[str], unsets: list[str]) -> Result | _Cached:
+    """``analyse`` through the whole-file verdict cache: a hit rebuilds the diagnostics it stored."""
+    from mocompile import lintcache
+    hit = lintcache.get(path, sets, unsets)
+    if hit is not None:
+        try:
+            return _Cached([Diagnostic(d["rule"], d["severity"], d["message"],
+                                       Position(d["file"], d["line"], d["column"]), d["hint"]) for d in hit])
+        except (KeyError, TypeError):
+            pass  # an unreadable entry: lint again
+    k = lintcache.key(path, sets, unsets)
+    r = analyse(path, sets, unsets)
+    if k is not None and r.doc is not None:
+        lintcache.put(path, sets, unsets, k[1], r.doc.text, r.doc.files, [d.as_dict() for d in r.diagnostics])
+    return r
+
+
 def cmd_lint(args: argparse.Namespace) -> int:
     settings = load_settings()
-    _, diags, code = _run_all(args.recipes, analyse, args)
+    _, diags, code = _run_all(args.recipes, _lint_one, args)
     emit_diagnostics(args, diags)
     if code == EXIT_CLEAN and (args.strict or settings.strict) and any(d.severity == "warning" for d in diags):
         code = EXIT_FINDINGS
@@ -126,6 +166,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         for r in bad:
             print(f"{r['file'] or r['recipe']}: {r['status']}: {r['detail']}")
             if args.diff and r["status"] == "stale" and os.path.exists(r["file"]):
+                import difflib
                 with open(r["file"], encoding="utf-8") as fh:
                     current = fh.read().splitlines(keepends=True)
                 sys.stdout.writelines(difflib.unified_diff(current, r["fresh"].splitlines(keepends=True),

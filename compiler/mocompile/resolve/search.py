@@ -21,7 +21,7 @@ from mocompile import layout as layouts
 from mocompile import memory, plancache, steptime
 from mocompile.datafiles import load_yaml
 from mocompile.resolve.context import Context
-from mocompile.rules.engine import broken_rules
+from mocompile.rules.engine import VERSION_KEYS, rules
 from mocompile.steptime import Batch, Candidate, StepEstimate
 
 FLEX = ("deepep", "hybridep")
@@ -284,6 +284,8 @@ class Scorer:
         self.hw = dict(ctx.hw, nvlink_domain=ctx.hw["nvlink_domain"], gpus_per_node=ctx["gpus_per_node"])
         self.count = 0
         self._mem: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._mcfg = dict(self.base)   # the memory estimate's input, its candidate fields rewritten per call
+        self._checks: dict[tuple[Any, ...], list[tuple[str, Any]]] = {}
 
     def config(self, cand: Candidate) -> dict[str, Any]:
         cfg = dict(self.base)
@@ -292,17 +294,20 @@ class Scorer:
 
     def memory(self, cand: Candidate) -> dict[str, Any]:
         """The memory estimate from only the fields it reads (the hot path of the search)."""
-        key = (cand.tp, cand.pp, cand.vpp, cand.ep, cand.etp, cand.cp, cand.recompute, cand.overlap,
+        return self._memory_at(cand, cand.recompute)
+
+    def _memory_at(self, cand: Candidate, rung: Rung) -> dict[str, Any]:
+        """``memory(replace(cand, recompute=rung))`` without building the candidate."""
+        key = (cand.tp, cand.pp, cand.vpp, cand.ep, cand.etp, cand.cp, rung, cand.overlap,
                cand.dispatcher, cand.graphs)  # delayed wgrad and SM counts do not change memory
         hit = self._mem.get(key)
         if hit is None:
-            hit = self._mem[key] = self._memory(cand)
+            hit = self._mem[key] = self._memory(cand, rung)
         return hit
 
-    def _memory(self, cand: Candidate) -> dict[str, Any]:
+    def _memory(self, cand: Candidate, rung: Rung) -> dict[str, Any]:
         flex = cand.dispatcher in FLEX
-        rung = cand.recompute
-        cfg = dict(self.base)
+        cfg = self._mcfg  # the same keys are set on every call, so nothing of an earlier candidate remains
         cfg.update(tensor_model_parallel_size=cand.tp, pipeline_model_parallel_size=cand.pp,
                    context_parallel_size=cand.cp, expert_model_parallel_size=cand.ep,
                    expert_tensor_parallel_size=cand.etp,
@@ -323,22 +328,31 @@ class Scorer:
 
     def lightest_fitting(self, cand: Candidate, rungs: list[Rung]) -> Candidate:
         """The lightest recompute rung that fits (recompute only costs time), else the heaviest."""
-        heaviest = replace(cand, recompute=rungs[-1])
-        if len(rungs) > 1 and self.memory(heaviest)["total_gib"] > self.limit:
-            return heaviest  # nothing lighter can fit either
+        if len(rungs) > 1 and self._memory_at(cand, rungs[-1])["total_gib"] > self.limit:
+            return replace(cand, recompute=rungs[-1])  # nothing lighter can fit either
         for rung in rungs:
-            trial = replace(cand, recompute=rung)
-            if self.memory(trial)["total_gib"] <= self.limit:
-                return trial
-        return heaviest
+            if self._memory_at(cand, rung)["total_gib"] <= self.limit:
+                return cand if rung == cand.recompute else replace(cand, recompute=rung)
+        return replace(cand, recompute=rungs[-1])
 
     def check(self, s: Scored) -> list[str]:
         if s.broken is None:
             cfg = self.config(s.cand)
             cfg["memory_estimate_gib"] = s.mem["total_gib"]
             # memory is the search's own test (``fits``); MEM001 reports it on the final plan
-            s.broken = sorted(r.id for r in broken_rules(cfg) if r.severity == "error" and r.id != "MEM001")
+            s.broken = sorted(rid for rid, broken in self._error_checks(cfg) if broken(cfg))
         return s.broken
+
+    def _error_checks(self, cfg: dict[str, Any]) -> list[tuple[str, Any]]:
+        """The error rules (bar MEM001) whose version range holds for ``cfg``'s target stack:
+        ``broken_rules`` filtered the same way, with the version test done once per stack."""
+        stack = tuple(cfg.get(k) for k in VERSION_KEYS.values())
+        found = self._checks.get(stack)
+        if found is None:
+            from mocompile.rules.checks import CHECKS
+            found = self._checks[stack] = [(r.id, CHECKS[r.id]) for r in rules()
+                                           if r.severity == "error" and r.id != "MEM001" and r.applies(cfg)]
+        return found
 
 
 def _knobs(ctx: Context) -> list[tuple[str, bool, bool, str]]:
