@@ -81,6 +81,8 @@ def measured_s(row: dict[str, Any]) -> float:
         return float(row["step_s"])
     if "measured_ms" in row:
         return row["measured_ms"] / 1000.0
+    if "tok_s" in row:  # tokens per second per GPU: independent of how the source counts FLOPs
+        return row["gbs"] * row["seq"] / (row["tok_s"] * row["gpus"])
     m, _, _, batch = setup(row)
     flops = steptime.flops_per_token(m, batch.seq_length) * batch.global_batch_size * batch.seq_length
     return flops / (row["tflops"] * 1e12 * row["gpus"])
@@ -191,7 +193,7 @@ def nelder_mead(f, x0: list[float], steps: int = 600, scale: float = 0.3) -> lis
     return simplex[min(range(n + 1), key=lambda i: vals[i])]
 
 
-BOUNDS = {"gemm_efficiency": (0.2, 0.9), "blackwell_efficiency": (0.4, 1.2), "nccl_a2a_efficiency": (0.05, 1.0),
+BOUNDS = {"gemm_efficiency": (0.2, 0.9), "blackwell_efficiency": (0.4, 1.2), "blackwell_ultra_gain": (1.0, 1.17), "fp8_quant_bytes": (0.0, 40.0), "nccl_a2a_efficiency": (0.05, 1.0),
           "overlap_hide": (0.0, 1.0), "natural_imbalance": (1.0, 3.0), "fp8_gain": (1.0, 2.0),
           "overlap_host_factor": (1.0, 4.0), "local_spec_factor": (1.0, 20.0), "deepep_efficiency": (0.3, 1.0), "hybridep_efficiency": (0.3, 1.0)}
 

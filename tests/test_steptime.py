@@ -18,7 +18,7 @@ TOY = _defaults({"id": "toy", "num_layers": 4, "hidden_size": 1024, "num_attenti
 EASY = dict(steptime.constants(), gemm_efficiency=1.0, gemm_half_rows=0.0, attention_efficiency=1.0,
             host_s_per_layer=0.0, step_overhead_s=0.0, nccl_latency_s=0.0, flex_latency_s=0.0,
             natural_imbalance=1.5, overlap_hide=1.0, delay_wgrad_hide=0.0, nccl_a2a_efficiency=1.0,
-            overlap_host_factor=1.0)
+            overlap_host_factor=1.0, fp8_quant_bytes=0.0)  # quantisation: its own test
 
 
 def hw(**over):
@@ -161,3 +161,74 @@ def test_the_named_terms_add_up_to_the_step():
     e = steptime.estimate(TOY, hw(), cand, b, 16, c)
     parts = sum(v for k, v in e.terms.items() if k != "a2a_total")
     assert parts + c["step_overhead_s"] == pytest.approx(e.step_s)
+
+
+# -- sliding-window attention, softmax exponentials, Blackwell Ultra, FP8 quantisation ---------------
+
+def test_sliding_window_layers_cost_attention_by_the_window_not_the_sequence():
+    """A windowed query attends to min(position + 1, window) keys: at seq >> window its layer's attention
+    core is ~window/(seq/2) of a full layer's, and doubling the sequence leaves it (per token) unchanged."""
+    swa = dict(TOY, sliding_window=128, window_attn_skip_freq=0)       # every layer windowed
+    w = 128
+    for s in (4096, 8192):
+        keys = (w * (w + 1) / 2 + (s - w) * w) / s
+        assert steptime.attended_keys(swa, s) == pytest.approx(keys)
+    assert steptime.attended_keys(swa, 8192) == pytest.approx(steptime.attended_keys(swa, 4096), rel=0.02)
+    assert steptime.attended_keys(TOY, 8192) == 2 * steptime.attended_keys(TOY, 4096)   # full: s/2
+
+
+def test_gpt_oss_alternates_windowed_and_full_layers_as_bridge_counts_its_flops():
+    """GPT-OSS: window 128 on odd layers, full attention on every 2nd (MCore window_attn_skip_freq 2). Its
+    verification card (535.2 TFLOPS at 4.996 s, 64 GPUs, GBS 1280, seq 4096) implies 32.64 GFLOPs/token;
+    counting full attention on every layer gives 34.4, the window brings it within 0.5 %."""
+    from mocompile.catalogue import models
+    m = _defaults({"id": "gpt-oss-120b", **models()["gpt-oss-120b"]})
+    card = 535.2e12 * 64 * 4.996 / (1280 * 4096)
+    assert steptime.flops_per_token(m, 4096) == pytest.approx(card, rel=0.005)
+    full = {k: v for k, v in m.items() if k not in ("sliding_window", "window_attn_skip_freq")}
+    assert steptime.flops_per_token(full, 4096) > 1.04 * card
+    keys = steptime.attended_keys(m, 4096)
+    windowed = (128 * 129 / 2 + (4096 - 128) * 128) / 4096
+    assert keys == pytest.approx((18 * 2048 + 18 * windowed) / 36)
+
+
+def test_softmax_exponentials_cost_time_at_the_gpus_published_rate():
+    """One exponential per score forward and one in the backward, at the special-function-unit rate:
+    Blackwell Ultra's doubled rate (10.7 vs 5 T/s) makes the same attention faster, GEMMs untouched."""
+    c = dict(EASY, blackwell_ultra_gain=1.0, blackwell_efficiency=1.0)
+    b = Batch(4096, 1, 8)
+    bw = dict(gpus()["gb200"], id="gb200", world_size=8, gpus_per_node=4)
+    ultra = dict(bw, compute_capability=[10, 3])
+    t_bw = steptime.estimate(TOY, bw, Candidate(), b, 1, c).terms["compute"]
+    t_ultra = steptime.estimate(TOY, ultra, Candidate(), b, 1, c).terms["compute"]
+    scores = 4 * 4096 * steptime.attended_keys(TOY, 4096) * 16 * 8         # layers x tokens x keys x heads x mbs
+    expect = scores * 2 * (1 / 5.0e12 - 1 / 10.7e12)
+    assert t_bw - t_ultra == pytest.approx(expect, rel=1e-6)
+
+
+def test_blackwell_ultra_gain_scales_gemm_throughput_of_compute_capability_10_3_only():
+    c = dict(EASY, blackwell_ultra_gain=1.1)
+    b = Batch(4096, 1, 8)
+    bw = dict(gpus()["b200"], id="b200")
+    ultra = dict(gpus()["b300"], id="b300", bf16_dense_tflops=bw["bf16_dense_tflops"])
+    assert ultra["compute_capability"] == [10, 3] and bw["compute_capability"] == [10, 0]
+    fast = steptime.estimate(TOY, ultra, Candidate(), b, 1, dict(c, blackwell_ultra_gain=1.1))
+    same = steptime.estimate(TOY, ultra, Candidate(), b, 1, dict(c, blackwell_ultra_gain=1.0))
+    assert fast.terms["compute"] < same.terms["compute"]
+    h = steptime.estimate(TOY, hw(), Candidate(), b, 1, dict(c, blackwell_ultra_gain=1.1))
+    assert h.step_s == steptime.estimate(TOY, hw(), Candidate(), b, 1, dict(c, blackwell_ultra_gain=1.0)).step_s
+
+
+def test_fp8_quantisation_is_memory_bound_work_that_weighs_most_in_narrow_models():
+    """Each GEMM operand element is quantised (amax, cast, transposed copy) at HBM speed: the cost grows with
+    fp8_quant_bytes, and relative to the GEMM FLOPs it is larger for a narrow model than a wide one."""
+    b8 = Batch(4096, 1, 8, "fp8-cs")
+    def compute(m, qb):
+        return steptime.estimate(m, hw(), Candidate(), b8, 1, dict(EASY, fp8_quant_bytes=qb)).terms["compute"]
+    wide = dict(TOY, hidden_size=4096, moe_ffn_hidden_size=2048, kv_channels=256)
+    narrow_cost = compute(TOY, 4.0) / compute(TOY, 0.0) - 1
+    wide_cost = compute(wide, 4.0) / compute(wide, 0.0) - 1
+    assert narrow_cost > wide_cost > 0
+    bf = Batch(4096, 1, 8, "bf16")
+    assert steptime.estimate(TOY, hw(), Candidate(), bf, 1, dict(EASY, fp8_quant_bytes=4.0)).step_s == \
+        steptime.estimate(TOY, hw(), Candidate(), bf, 1, dict(EASY, fp8_quant_bytes=0.0)).step_s

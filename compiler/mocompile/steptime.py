@@ -123,6 +123,23 @@ def constants() -> dict[str, float]:
     return {k: float(v["value"]) for k, v in load_yaml(DATA)["constants"].items()}
 
 
+@functools.lru_cache(maxsize=1)
+def facts() -> dict[str, Any]:
+    """Published hardware and optimizer facts the model uses as they are (sources in the data file)."""
+    return {k: v["value"] for k, v in load_yaml(DATA)["facts"].items()}
+
+
+def _cc(hw: dict[str, Any]) -> str:
+    cc = hw.get("compute_capability") or [9, 0]
+    return f"{cc[0]}.{cc[1]}"
+
+
+def exp_rate(hw: dict[str, Any]) -> float:
+    """Softmax exponentials per second (MUFU.EX2 on the special function units)."""
+    table = facts()["exp_tera_per_s"]
+    return float(table.get(_cc(hw), table["9.0"])) * 1e12
+
+
 # -- FLOPs --------------------------------------------------------------------------------------
 
 def _attn_dims(m: dict[str, Any]) -> tuple[int, int]:
@@ -132,6 +149,24 @@ def _attn_dims(m: dict[str, Any]) -> tuple[int, int]:
     return m["kv_channels"], m["kv_channels"]
 
 
+def attended_keys(m: dict[str, Any], seq: int) -> float:
+    """Keys a query attends to, averaged over the positions and the layers of one sequence.
+
+    Causal full attention: s/2 on average (Bridge's FLOPs convention). A sliding-window layer (GPT-OSS:
+    ``sliding_window`` keys, itself included, on every layer but each ``window_attn_skip_freq``-th one,
+    MCore's ``window_size``/``window_attn_skip_freq``) sees min(position + 1, window) keys: about the
+    window, independent of the sequence length once it is longer than the window."""
+    full = seq / 2.0
+    w = m.get("sliding_window")
+    if not w or w >= seq:
+        return full
+    windowed = (w * (w + 1) / 2.0 + (seq - w) * w) / seq
+    skip = m.get("window_attn_skip_freq") or 0
+    n = m["num_layers"]
+    n_full = n // skip if skip else 0          # MCore: layer l (1-based) is full when l % skip == 0
+    return (n_full * full + (n - n_full) * windowed) / n
+
+
 @functools.lru_cache(maxsize=256)
 def _per_token(key: tuple[tuple[str, Any], ...], seq: int) -> dict[str, float]:
     m = dict(key)
@@ -139,7 +174,8 @@ def _per_token(key: tuple[tuple[str, Any], ...], seq: int) -> dict[str, float]:
     dqk, dv = _attn_dims(m)
     return {
         "attn_proj": 2.0 * _attention_params(m),
-        "core_attn": float(seq) * m["num_attention_heads"] * (dqk + dv),  # causal: s/2 keys on average, 2 matmuls
+        # QK^T and PV, 2 FLOPs per multiply-add, over the keys each query attends to
+        "core_attn": 2.0 * attended_keys(m, seq) * m["num_attention_heads"] * (dqk + dv),
         "experts": 2.0 * g * h * m["moe_ffn_hidden_size"] * m["moe_router_topk"],
         "shared": 2.0 * g * h * (m.get("shared_expert_size") or 0),
         "router": 2.0 * h * m["num_moe_experts"],
@@ -152,7 +188,8 @@ def _per_token(key: tuple[tuple[str, Any], ...], seq: int) -> dict[str, float]:
 def _model_key(m: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     keys = ("hidden_size", "gated_linear_unit", "attention", "kv_channels", "num_attention_heads", "num_query_groups",
             "moe_ffn_hidden_size", "moe_router_topk", "shared_expert_size", "num_moe_experts", "ffn_hidden_size",
-            "vocab_size", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim")
+            "vocab_size", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "num_layers",
+            "sliding_window", "window_attn_skip_freq")
     return tuple((k, m.get(k)) for k in keys if m.get(k) is not None)
 
 
@@ -259,6 +296,8 @@ def estimate(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, batch: Batc
     peak = hw["bf16_dense_tflops"] * 1e12 * (c["fp8_gain"] if fp8 else 1.0)
     if hw.get("arch") == "blackwell":
         peak *= c["blackwell_efficiency"]
+        if _cc(hw) == "10.3":  # Blackwell Ultra (B300/GB300)
+            peak *= c["blackwell_ultra_gain"]
     imbalance = 1.0 if batch.force_balance else c["natural_imbalance"]
 
     tokens = s * b / cand.cp                      # tokens of one micro-batch on this CP rank
@@ -268,6 +307,11 @@ def estimate(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, batch: Batc
     e_expert = _gemm_eff(rows_expert, c)
     t_attn_gemm = per_rank * f["attn_proj"] / (peak * e_dense)
     t_core = per_rank * f["core_attn"] / (peak * e_dense * c["attention_efficiency"])
+    # The softmax between the two attention GEMMs: one exponential per score forward and one when the
+    # backward recomputes the probabilities, on the special function units, which the tensor cores wait
+    # for (Blackwell Ultra doubles their rate). Counted per forward pass like the GEMMs (x3 below).
+    scores_per_token = attended_keys(m, s) * m["num_attention_heads"]
+    t_core += per_rank * scores_per_token * 2.0 / 3.0 / exp_rate(hw)
     if not batch.te:
         # unfused attention computes the whole s x s score matrix (no causal skipping) and moves it through
         # HBM: scores, softmax, dropout-free probabilities and their gradients, ~12 passes of 2 bytes
@@ -278,6 +322,15 @@ def estimate(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, batch: Batc
     t_dense = per_rank * f["dense_mlp"] / (peak * e_dense)
     h, k = m["hidden_size"], m["moe_router_topk"]
     elem_bytes = 2.0 * per_rank * (24 * h + k * imbalance * (6 * h + 6 * m["moe_ffn_hidden_size"]))
+    if fp8:
+        # FP8 recipes quantise every GEMM operand they produce (amax, cast, transposed copy): activations
+        # into the GEMMs forward, output gradients backward. It is memory-bound work per element, so it
+        # weighs most in narrow models, whose GEMMs do the fewest FLOPs per element.
+        _, dv = _attn_dims(m)
+        f_e = m["moe_ffn_hidden_size"]
+        fwd_in = h + m["num_attention_heads"] * dv + k * imbalance * (h + f_e)    # QKV, proj, fc1, fc2 inputs
+        bwd_in = _attention_params(m) / h + k * imbalance * (2 * f_e + h)         # their outputs' gradients
+        elem_bytes += per_rank * (fwd_in + bwd_in) * c["fp8_quant_bytes"]
     t_elem = elem_bytes / (hw["hbm_tbps"] * 1e12 * HBM_EFFICIENCY)
     if not batch.te:  # the local spec runs norms, RoPE, SwiGLU, permutation and loss as many unfused kernels
         t_elem *= c["local_spec_factor"]

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:c05a611344f9b05b input sha256:7e0bc13aa3ae3d55
+# mocompile: checksum sha256:c85b39eef6629e7e input sha256:7e0bc13aa3ae3d55
 """bench-te-mid-auto: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -114,14 +114,14 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 2048  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.28 s/step, 194 TFLOPS/GPU, 34.8 GiB (of 299 candidates scored)
-    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.27 s/step, 204 TFLOPS/GPU, 34.8 GiB (of 299 candidates scored)
+    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
-    model.context_parallel_size = 1  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
-    model.expert_model_parallel_size = 4  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
-    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
-    model.sequence_parallel = False  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 4  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
     model.moe_flex_dispatcher_num_sms = 20  # derived: flex dispatcher SM budget used by the shipped perf recipes
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default [OVL010]
     model.moe_router_force_load_balancing = True  # user: pinned in the recipe
@@ -130,8 +130,8 @@ def build_config() -> ConfigContainer:
     model.recompute_method = None  # goal: lightest recompute that fits: 34.8 GiB <= 74 GiB usable
     model.recompute_num_layers = None  # goal: lightest recompute that fits: 34.8 GiB <= 74 GiB usable
     model.recompute_modules = None  # goal: lightest recompute that fits: 34.8 GiB <= 74 GiB usable
-    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (tiny-moe+custom)
     model.apply_rope_fusion = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: fused RoPE (TE >= 1.4)
@@ -146,11 +146,11 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     # Bridge's own helper sets the flex dispatcher and clears shared-expert overlap.
-    apply_flex_dispatcher_backend(model, 'deepep')  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall +0.01 s; hybridep +0.00 s
+    apply_flex_dispatcher_backend(model, 'deepep')  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall +0.01 s; hybridep +0.00 s
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=True,  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size); overlap off: +0.01 s
-        delay_wgrad_compute=False,  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+        overlap_moe_expert_parallel_comm=True,  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size); overlap off: +0.01 s
+        delay_wgrad_compute=False,  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=False,  # derived: no interleaved pipeline
         batch_p2p_comm=False,  # derived: not needed
         overlap_grad_reduce=True,  # derived: overlap the DP gradient reduce-scatter
