@@ -18,6 +18,7 @@ set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "${here}/../.." && pwd)"
 pack="${TE_PACK:-${repo}/.te}"
+wheel_dir="${WHEEL_DIR:-${repo}/.whl}"
 site="${SITE:-/tmp/site}"
 out="${OUT:-/tmp/te-out}"
 py="${PYTHON:-python3}"
@@ -39,8 +40,10 @@ step() {  # step NAME CMD...: run, time, stop at the first failure
 install_wheels() {  # one pip call: the wheels share the transformer_engine/ folder, and pip
   # --target --upgrade replaces a top-level folder wholesale, so separate calls would undo each other
   shopt -s nullglob
-  local wheels=("${pack}"/transformer_engine-*.whl "${pack}"/transformer_engine_cu*-nolib-*.whl
-                /tmp/te-wheel/transformer_engine_torch-*.whl "${pack}"/einops-*.whl "${pack}"/nvdlfw_inspect-*.whl)
+  local wheels=("${pack}"/transformer_engine-*.whl "${pack}"/transformer_engine_cu*nolib*.whl
+                /tmp/te-wheel/transformer_engine_torch-*.whl "${pack}"/einops-*.whl "${pack}"/nvdlfw_inspect-*.whl
+                "${wheel_dir}"/pydantic-*.whl "${wheel_dir}"/pydantic_core-*.whl "${wheel_dir}"/annotated_types-*.whl
+                "${wheel_dir}"/typing_inspection-*.whl)  # TE's recipe module needs pydantic: from the Megatron wheel set
   shopt -u nullglob
   ((${#wheels[@]} >= 3)) || { echo "te.sh: pack incomplete in ${pack} (${wheels[*]}); run benchmarks/gpu/te_pack.py" >&2; return 1; }
   "${py}" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "${site}" "${wheels[@]}"

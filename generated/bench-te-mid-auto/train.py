@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:c85b39eef6629e7e input sha256:7e0bc13aa3ae3d55
+# mocompile: checksum sha256:f9a829422021125c input sha256:6a221383763c9498
 """bench-te-mid-auto: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -73,6 +73,7 @@ def _model() -> GPTModelProvider:
         attention_dropout=0.0,  # pretraining
         hidden_dropout=0.0,  # pretraining
         make_vocab_size_divisible_by=128,  # vocab padding
+        gradient_accumulation_fusion=False,  # no Apex (versions.apex: none): the output layer's fused wgrad needs apex fused_weight_gradient_mlp_cuda
     )
 
 

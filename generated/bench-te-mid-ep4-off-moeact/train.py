@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-off-moeact.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:6a811b5e0ca06ae7 input sha256:f48bda374b9adb2a
+# mocompile: checksum sha256:38aa68a6e0a39202 input sha256:8525f251c754f7bd
 """bench-te-mid-ep4-off-moeact: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -72,6 +72,7 @@ def _model() -> GPTModelProvider:
         attention_dropout=0.0,  # pretraining
         hidden_dropout=0.0,  # pretraining
         make_vocab_size_divisible_by=128,  # vocab padding
+        gradient_accumulation_fusion=False,  # no Apex (versions.apex: none): the output layer's fused wgrad needs apex fused_weight_gradient_mlp_cuda
     )
 
 

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-on-graphs.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:3dee148d0ab0e635 input sha256:77c2d1f9644d0b57
+# mocompile: checksum sha256:5855cae2588dcecc input sha256:0665cefb6f944525
 """bench-te-mid-ep4-on-graphs: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -72,6 +72,7 @@ def _model() -> GPTModelProvider:
         attention_dropout=0.0,  # pretraining
         hidden_dropout=0.0,  # pretraining
         make_vocab_size_divisible_by=128,  # vocab padding
+        gradient_accumulation_fusion=False,  # no Apex (versions.apex: none): the output layer's fused wgrad needs apex fused_weight_gradient_mlp_cuda
     )
 
 

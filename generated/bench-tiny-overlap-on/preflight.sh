@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-tiny-overlap-on.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:695bbc5a471f5d1c input sha256:40c9b1504efb1860
+# mocompile: checksum sha256:742747c464207d9f input sha256:40c9b1504efb1860
 # bench-tiny-overlap-on: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
@@ -25,6 +25,7 @@ TORCH_MIN = '2.6.0'
 TE_MIN = None
 DISPATCH_IMPORT = None
 NEEDS_NVCC = False
+NEEDS_APEX = False
 
 
 def version(text):
@@ -60,6 +61,13 @@ if NEEDS_NVCC:
     cuda_home = os.environ.get("CUDA_HOME", "")
     if not cuda_home or not os.access(os.path.join(cuda_home, "bin", "nvcc"), os.X_OK):
         failures.append(f"RUN005 CUDA_HOME={cuda_home!r} has no bin/nvcc; HybridEP JIT-compiles its kernels at first use")
+if NEEDS_APEX:
+    try:
+        import fused_weight_gradient_mlp_cuda  # noqa: F401
+    except ImportError as exc:
+        failures.append(f"RUN011 gradient_accumulation_fusion is on and Apex's fused_weight_gradient_mlp_cuda does not "
+                        f"import ({exc}): Megatron-Core's output layer raises at model build; install Apex with "
+                        f"--cuda_ext, or set versions.apex: none")
 for key, want in REQUIRED_ENV.items():
     have = os.environ.get(key)
     if have != want:

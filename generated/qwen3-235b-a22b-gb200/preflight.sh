@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-235b-a22b-gb200.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:a33e1f56bc78d90c input sha256:c862d18dba0b3c94
+# mocompile: checksum sha256:eb1509a5d8dbbb50 input sha256:c862d18dba0b3c94
 # qwen3-235b-a22b-gb200: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
 #   RUN003 the dispatcher's package (deep_ep) does not import
 #   RUN004 a required environment variable is missing or wrong in the job environment
 #   RUN005 HybridEP compiles its kernels at first use: CUDA_HOME must hold bin/nvcc
+#   RUN011 gradient_accumulation_fusion needs Apex's fused_weight_gradient_mlp_cuda (the output layer)
 set -euo pipefail
 PYTHON="${PYTHON:-python3}"
 
@@ -25,6 +26,7 @@ TORCH_MIN = '2.6.0'
 TE_MIN = '2.7.0'
 DISPATCH_IMPORT = ('deep_ep', 'HybridEPBuffer')
 NEEDS_NVCC = True
+NEEDS_APEX = True
 
 
 def version(text):
@@ -60,6 +62,13 @@ if NEEDS_NVCC:
     cuda_home = os.environ.get("CUDA_HOME", "")
     if not cuda_home or not os.access(os.path.join(cuda_home, "bin", "nvcc"), os.X_OK):
         failures.append(f"RUN005 CUDA_HOME={cuda_home!r} has no bin/nvcc; HybridEP JIT-compiles its kernels at first use")
+if NEEDS_APEX:
+    try:
+        import fused_weight_gradient_mlp_cuda  # noqa: F401
+    except ImportError as exc:
+        failures.append(f"RUN011 gradient_accumulation_fusion is on and Apex's fused_weight_gradient_mlp_cuda does not "
+                        f"import ({exc}): Megatron-Core's output layer raises at model build; install Apex with "
+                        f"--cuda_ext, or set versions.apex: none")
 for key, want in REQUIRED_ENV.items():
     have = os.environ.get(key)
     if have != want:

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-30b-a3b-h100x8-fit.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:4c3eb5e3825cbc58 input sha256:9f88ae4b995acb74
+# mocompile: checksum sha256:a4e4067eb1d93c08 input sha256:9f88ae4b995acb74
 # qwen3-30b-a3b-h100x8-fit: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
 #   RUN003 the dispatcher's package (deep_ep) does not import
 #   RUN004 a required environment variable is missing or wrong in the job environment
 #   RUN005 HybridEP compiles its kernels at first use: CUDA_HOME must hold bin/nvcc
+#   RUN011 gradient_accumulation_fusion needs Apex's fused_weight_gradient_mlp_cuda (the output layer)
 set -euo pipefail
 PYTHON="${PYTHON:-python3}"
 
@@ -25,6 +26,7 @@ TORCH_MIN = '2.6.0'
 TE_MIN = '1.7.0'
 DISPATCH_IMPORT = ('deep_ep', 'HybridEPBuffer')
 NEEDS_NVCC = True
+NEEDS_APEX = True
 
 
 def version(text):
@@ -60,6 +62,13 @@ if NEEDS_NVCC:
     cuda_home = os.environ.get("CUDA_HOME", "")
     if not cuda_home or not os.access(os.path.join(cuda_home, "bin", "nvcc"), os.X_OK):
         failures.append(f"RUN005 CUDA_HOME={cuda_home!r} has no bin/nvcc; HybridEP JIT-compiles its kernels at first use")
+if NEEDS_APEX:
+    try:
+        import fused_weight_gradient_mlp_cuda  # noqa: F401
+    except ImportError as exc:
+        failures.append(f"RUN011 gradient_accumulation_fusion is on and Apex's fused_weight_gradient_mlp_cuda does not "
+                        f"import ({exc}): Megatron-Core's output layer raises at model build; install Apex with "
+                        f"--cuda_ext, or set versions.apex: none")
 for key, want in REQUIRED_ENV.items():
     have = os.environ.get(key)
     if have != want:

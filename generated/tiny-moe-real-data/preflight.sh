@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/tiny-moe-real-data.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:ac04edd9dac191b5 input sha256:f85125a41a92271d
+# mocompile: checksum sha256:a829d813b0514cac input sha256:f85125a41a92271d
 # tiny-moe-real-data: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
@@ -30,6 +30,7 @@ TORCH_MIN = '2.6.0'
 TE_MIN = None
 DISPATCH_IMPORT = None
 NEEDS_NVCC = False
+NEEDS_APEX = False
 
 
 def version(text):
@@ -65,6 +66,13 @@ if NEEDS_NVCC:
     cuda_home = os.environ.get("CUDA_HOME", "")
     if not cuda_home or not os.access(os.path.join(cuda_home, "bin", "nvcc"), os.X_OK):
         failures.append(f"RUN005 CUDA_HOME={cuda_home!r} has no bin/nvcc; HybridEP JIT-compiles its kernels at first use")
+if NEEDS_APEX:
+    try:
+        import fused_weight_gradient_mlp_cuda  # noqa: F401
+    except ImportError as exc:
+        failures.append(f"RUN011 gradient_accumulation_fusion is on and Apex's fused_weight_gradient_mlp_cuda does not "
+                        f"import ({exc}): Megatron-Core's output layer raises at model build; install Apex with "
+                        f"--cuda_ext, or set versions.apex: none")
 DATA_PREFIXES = ['build/tiny-corpus/text_document']
 TOKENIZER = {'path': 'build/tiny-corpus/tokenizer', 'model_vocab': 32000}
 WRITABLE = [('build/tiny-moe-real-data/checkpoints', 'checkpoint.save'), ('build/tiny-moe-real-data/index-cache', 'training.data.cache'), ('build/tiny-moe-real-data/tensorboard', 'logging.tensorboard')]

@@ -69,6 +69,9 @@ def _custom_model(plan: Plan) -> list[dict[str, Any]]:
         ("attention_dropout", 0.0, "pretraining"), ("hidden_dropout", 0.0, "pretraining"),
         ("make_vocab_size_divisible_by", 128, "vocab padding"),
     ]
+    if te and not plan["gradient_accumulation_fusion"]:
+        args.append(("gradient_accumulation_fusion", False, "no Apex (versions.apex: none): the output layer's "
+                     "fused wgrad needs apex fused_weight_gradient_mlp_cuda"))
     if not te:
         args += [(k, False, "no Transformer Engine: fused kernel unavailable") for k in (
             "bias_activation_fusion", "masked_softmax_fusion", "persist_layer_norm", "bias_dropout_fusion",

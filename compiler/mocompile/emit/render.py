@@ -119,7 +119,8 @@ def requirements(plan: Plan) -> dict[str, Any]:
     required_env = {k: str(d.value) for k, d in plan.env.items()
                     if k in ("CUDA_DEVICE_MAX_CONNECTIONS", "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", "USE_MNNVL")}
     return {"torch": torch_min, "transformer_engine": te_min, "dispatch_import": dispatch, "env": required_env,
-            "needs_nvcc": backend == "hybridep"}
+            "needs_nvcc": backend == "hybridep",
+            "needs_apex": bool(plan["te_version"] is not None and plan["gradient_accumulation_fusion"])}
 
 
 def preflight_io(plan: Plan) -> dict[str, Any]:
@@ -158,7 +159,7 @@ def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
     files["preflight.sh"] = header.stamp_comment(t.get_template("preflight.sh.j2").render(
         **common, required_env=req["env"], torch_min=req["torch"], te_min=req["transformer_engine"],
         dispatch_import=tuple(req["dispatch_import"]) if req["dispatch_import"] else None,
-        needs_nvcc=req["needs_nvcc"], io=preflight_io(plan)),
+        needs_nvcc=req["needs_nvcc"], needs_apex=req["needs_apex"], io=preflight_io(plan)),
         source, ih, shebang="#!/usr/bin/env bash")
     targets = launch["targets"]
     if "torchrun" in targets:

@@ -38,6 +38,18 @@ def base(ctx: Context) -> None:
     te = v["transformer_engine"]
     ctx.set("te_version", None if te == "none" else te, "user" if ctx.explicit("versions", "transformer_engine") else "default",
             "target stack", path=("versions", "transformer_engine"))
+    apex = v.get("apex", "present")
+    ctx.set("apex", apex, "user" if ctx.explicit("versions", "apex") else "default", "target stack",
+            path=("versions", "apex"))
+    # Bridge's provider turns gradient_accumulation_fusion on whenever TE imports, but Megatron-Core's
+    # output layer is a ColumnParallelLinear, which then raises unless Apex's fused_weight_gradient_mlp_cuda
+    # imports (megatron/core/tensor_parallel/layers.py): it is safe only with TE and Apex both present.
+    gaf = te != "none" and apex != "none"
+    ctx.set("gradient_accumulation_fusion", gaf, "derived",
+            "TE fuses the wgrad accumulation; the output layer uses Apex's fused_weight_gradient_mlp_cuda" if gaf else
+            ("no Apex in the target stack (versions.apex: none): Megatron-Core's output layer "
+             "(ColumnParallelLinear) raises with it on" if te != "none" else
+             "no Transformer Engine: fused kernel unavailable"), path=("versions", "apex"))
     for key, name in (("torch", "torch_version"), ("megatron_core", "mcore_version"), ("megatron_bridge", "bridge_version")):
         ctx.set(name, v[key], "user" if ctx.explicit("versions", key) else "default", "target stack", path=("versions", key))
     ctx.set("transformer_impl", "local" if te == "none" else "transformer_engine", "derived",

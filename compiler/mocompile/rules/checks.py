@@ -129,6 +129,9 @@ CHECKS: dict[str, Check] = {
     "DW005": lambda c: bool(c["delay_wgrad_compute"]) and _te_graphs(c)  # catalogue versions: TE < 2.12.0
     and ("attn" in _scopes(c) or ("moe_router" in _scopes(c) and bool(c["moe_shared_expert_intermediate_size"])
                                   and not c["moe_shared_expert_overlap"])),
+    "DW007": lambda c: bool(c["delay_wgrad_compute"]) and not c["gradient_accumulation_fusion"] and _te_graphs(c)
+    and ("attn" in _scopes(c) or ("moe_router" in _scopes(c) and bool(c["moe_shared_expert_intermediate_size"])
+                                  and not c["moe_shared_expert_overlap"])),
     "DW006": lambda c: bool(c["delay_wgrad_compute"]) and "attn" in _scopes(c) and bool(c["add_bias_linear"]),
     "DSP001": lambda c: _backend(c) == "deepep" and "deepep" not in c["gpu_flex_backends"],
     "DSP002": lambda c: _backend(c) == "hybridep" and "hybridep" not in c["gpu_flex_backends"],
