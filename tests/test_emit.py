@@ -140,3 +140,47 @@ def test_lock_records_versions_plan_and_input_hash():
     assert lock["_generated"]["input"].startswith("sha256:")
     assert lock["settings"]["expert_model_parallel_size"]["value"] == 64
     assert lock["requirements"]["dispatch_import"] == ["deep_ep", "Buffer"]
+
+
+# --- gradient_accumulation_fusion and Apex (issue 11: found on the first TE run on 4xH100) -------
+# Bridge 0.6.2's provider turns gradient_accumulation_fusion on whenever TE imports
+# (fusions.can_enable_gradient_accumulation_fusion), but Megatron-Core's output layer is a plain
+# ColumnParallelLinear that raises at model build unless Apex's fused_weight_gradient_mlp_cuda
+# imports. Every TE variant died with that RuntimeError on the Apex-less host until the recipe said
+# versions.apex: none.
+
+def _artifacts(sets: dict) -> dict[str, str]:
+    return compile_recipe(str(ROOT / "recipes/tiny-moe-h100x2.yaml"), overrides(sets)).files
+
+
+def test_te_without_apex_turns_the_fusion_off_and_skips_the_apex_preflight():
+    files = _artifacts({"versions.transformer_engine": "2.12.0", "versions.apex": "none"})
+    assert "gradient_accumulation_fusion=False,  # no Apex" in files["train.py"]
+    assert "NEEDS_APEX = False" in files["preflight.sh"]
+    assert "RUN011" not in files["preflight.sh"].split("set -euo pipefail")[0]
+
+
+def test_te_with_apex_keeps_the_fusion_and_preflight_checks_apex_imports():
+    files = _artifacts({"versions.transformer_engine": "2.12.0", "versions.apex": "present"})
+    assert "gradient_accumulation_fusion" not in files["train.py"]  # the provider's default: on
+    assert "NEEDS_APEX = True" in files["preflight.sh"]
+    assert "import fused_weight_gradient_mlp_cuda" in files["preflight.sh"]
+
+
+def test_without_te_the_fusion_is_off_whatever_apex_says():
+    for apex in ("present", "none"):
+        files = _artifacts({"versions.transformer_engine": "none", "versions.apex": apex})
+        assert "gradient_accumulation_fusion=False,  # no Transformer Engine" in files["train.py"]
+        assert "NEEDS_APEX = False" in files["preflight.sh"]
+
+
+def test_apex_preflight_fails_with_run011_where_apex_is_missing(tmp_path):
+    """Run the emitted preflight for real on this machine, which has torch and no Apex and no TE."""
+    files = _artifacts({"versions.transformer_engine": "2.12.0", "versions.apex": "present"})
+    script = tmp_path / "preflight.sh"
+    script.write_text(files["preflight.sh"])
+    import sys
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
+    assert proc.returncode != 0
+    assert "RUN011" in proc.stderr and "versions.apex: none" in proc.stderr
