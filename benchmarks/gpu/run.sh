@@ -68,8 +68,12 @@ PY
 if [[ "${DEEPEP}" == "off" ]]; then
   deepep_status false skipped "DEEPEP=off"
 else
-  wheel="${DEEPEP_WHEEL:-$(compgen -G "${WHEEL_DIR}/aux/deep_ep-*.whl" | head -1 || true)}"
-  srctar="${DEEPEP_SRC:-$(compgen -G "${WHEEL_DIR}/aux/deepep-hybrid-ep-*.tar.gz" | head -1 || true)}"
+  # .deepep/ and .deepep-src/ (git-ignored, beside .whl/) keep them out of .whl/ so that .whl + .te + the
+  # DeepEP wheel fit one call's 64 MiB (issue11.sh); WHEEL_DIR/aux/ still works
+  wheel="${DEEPEP_WHEEL:-$(compgen -G "${WHEEL_DIR}/aux/deep_ep-*.whl" || compgen -G "${WHEEL_DIR}/../.deepep/deep_ep-*.whl" || true)}"
+  wheel="${wheel%%$'\n'*}"
+  srctar="${DEEPEP_SRC:-$(compgen -G "${WHEEL_DIR}/aux/deepep-hybrid-ep-*.tar.gz" || compgen -G "${WHEEL_DIR}/../.deepep-src/deepep-hybrid-ep-*.tar.gz" || true)}"
+  srctar="${srctar%%$'\n'*}"
   if [[ "${DEEPEP}" == "auto" && -n "${wheel}" && -f "${wheel}" ]]; then
     "${PYTHON}" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "${SITE}" "${wheel}"
     if have="$(deepep_check 2>/tmp/deepep_check.err | tail -1)"; then
