@@ -24,14 +24,16 @@ from mocompile.resolve.search import anchors  # noqa: E402
 from mocompile.schema import validate  # noqa: E402
 
 
-def intent_text(a: dict[str, Any], scale: int = 1) -> str:
-    """model, GPU, node count, goal throughput, the recipe's batch shape and precision, forced balance."""
+def intent_text(a: dict[str, Any], scale: int = 1, optimizer: bool = False) -> str:
+    """model, GPU, node count, goal throughput, the recipe's batch shape and precision, forced balance;
+    ``optimizer=True``: also the recipe's optimizer (training.optimizer: muon for Kimi-K2's; adam is the default)."""
     gpn = gpus()[a["gpu"]]["gpus_per_node"]
     n = a["gpus"] * scale
     nodes, per = (n // gpn, gpn) if n >= gpn else (1, n)
+    opt = f", optimizer: {a['optimizer']}" if optimizer and a.get("optimizer", "adam") != "adam" else ""
     return (f"schema: 1\nname: pq\nmodel: {a['model']}\nhardware: {{gpu: {a['gpu']}, nodes: {nodes}, gpus_per_node: {per}}}\n"
             f"goal: throughput\ntraining: {{seq_length: 4096, micro_batch_size: {a['mbs']}, "
-            f"global_batch_size: {a['gbs'] * scale}, precision: {a['precision']}}}\nmoe: {{force_balance: true}}\n")
+            f"global_batch_size: {a['gbs'] * scale}, precision: {a['precision']}{opt}}}\nmoe: {{force_balance: true}}\n")
 
 
 def consistent(a: dict[str, Any]) -> bool:

@@ -8,7 +8,8 @@
 
 For every shipped MoE perf recipe of a catalogue model (compiler/mocompile/data/anchors.yaml, variants
 excluded), an intent is written as a new user would: model, GPU, node count, `goal: throughput`, the
-recipe's batch shape and precision, forced balancing (the recipes benchmark with it), nothing else.
+recipe's batch shape, precision and optimizer (training.optimizer: muon for Kimi-K2's recipes), forced
+balancing (the recipes benchmark with it), nothing else.
 Its auto plan is compared with the shipped one on four fields: layout (TP, PP, VPP, EP), dispatcher,
 EP overlap, recompute granularity. Two planners are measured:
   - as shipped: the planner scores the matching anchor and keeps it unless its model predicts a plan
@@ -86,9 +87,9 @@ def agreement(rows: list[dict[str, Any]], model_only: bool) -> tuple[list[str], 
     for a in rows:
         if model_only:
             with withheld():
-                got, planner, errors = planned(intent_text(a))
+                got, planner, errors = planned(intent_text(a, optimizer=True))
         else:
-            got, planner, errors = planned(intent_text(a))
+            got, planner, errors = planned(intent_text(a, optimizer=True))
         want = shipped(a)
         groups = [GROUP[a["precision"]]] + ([GROUP[a["precision"]] + " (Adam)"] if a.get("optimizer") == "adam" else [])
         for g in groups:
@@ -117,16 +118,16 @@ def agreement(rows: list[dict[str, Any]], model_only: bool) -> tuple[list[str], 
             continue
         n = s["n"]
         lines.append(f"{g:<13} {n:>3} " + " ".join(f"{s[f]:>4}/{n:<3}{s[f] / n:>4.0%}" for f in FIELDS + ("all",)))
-    lines.append("(Adam) = recipes whose optimizer mocompile emits; Kimi-K2's recipes train with Muon, so mocompile "
-                 "has no comparable anchor for them and plans them with its model alone")
+    lines.append("(Adam) = the Adam recipes only; Kimi-K2's recipes train with Muon: their intents say "
+                 "training.optimizer: muon, which the Muon anchors serve (Adam anchors serve Adam intents)")
     return lines, disagreements
 
 
 def weak_scaling(rows: list[dict[str, Any]]) -> list[str]:
     kept, total, changed = 0, 0, []
     for a in rows:
-        g1, _, _ = planned(intent_text(a))
-        g2, _, _ = planned(intent_text(a, 2))
+        g1, _, _ = planned(intent_text(a, optimizer=True))
+        g2, _, _ = planned(intent_text(a, 2, optimizer=True))
         if g1 is None or g2 is None:
             continue
         total += 1

@@ -184,3 +184,34 @@ def test_apex_preflight_fails_with_run011_where_apex_is_missing(tmp_path):
                           env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
     assert proc.returncode != 0
     assert "RUN011" in proc.stderr and "versions.apex: none" in proc.stderr
+
+
+# training.optimizer: muon builds Megatron-Core's layer-wise Muon as Bridge's Kimi-K2 recipes do.
+
+def test_muon_emits_dist_muon_on_plain_ddp_and_a_preflight_for_emerging_optimizers():
+    files = _artifacts({"training.optimizer": "muon"})
+    train = files["train.py"]
+    assert 'optimizer="dist_muon"' in train and 'muon_scalar_optimizer="adam"' in train
+    assert "use_distributed_optimizer=False," in train and '    optimizer="adam"' not in train
+    assert "overlap_param_gather=False" in train
+    assert "RUN012" in files["preflight.sh"] and "emerging-optimizers" in files["preflight.sh"]
+    assert json.loads(files["mocompile.lock.json"])["requirements"]["emerging_optimizers"] == "0.2.0"
+
+
+def test_adam_is_the_default_and_has_no_muon_preflight():
+    files = _artifacts({})
+    assert 'optimizer="adam"' in files["train.py"] and "dist_muon" not in files["train.py"]
+    assert "RUN012" not in files["preflight.sh"]
+    assert "emerging_optimizers" not in json.loads(files["mocompile.lock.json"])["requirements"]
+
+
+def test_muon_preflight_fails_with_run012_without_emerging_optimizers(tmp_path):
+    """This machine has torch and no emerging-optimizers."""
+    files = _artifacts({"training.optimizer": "muon"})
+    script = tmp_path / "preflight.sh"
+    script.write_text(files["preflight.sh"])
+    import sys
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
+    assert proc.returncode != 0
+    assert "RUN012" in proc.stderr and "training.optimizer: adam" in proc.stderr

@@ -222,11 +222,52 @@ def test_a_model_the_step_time_model_cannot_cost_keeps_its_shipped_recipe(tmp_pa
     assert "does not cost hybrid attention" in p.settings["tensor_model_parallel_size"].reason
 
 
+KIMI_GB200 = {"model.base": "kimi-k2", "hardware.gpu": "gb200", "hardware.nodes": 64, "hardware.gpus_per_node": 4,
+              "training.seq_length": 4096, "training.global_batch_size": 2048, "moe.force_balance": True}
+
+
 def test_recipes_tuned_for_another_optimizer_are_not_anchors():
-    """Kimi-K2's shipped recipes train with Muon; generated recipes use distributed Adam."""
+    """Kimi-K2's shipped recipes train with Muon: an Adam intent (the default) gets no Kimi anchor."""
     kimi = [a for a in search.anchors() if a["model"] == "kimi-k2"]
     assert kimi and all(a["optimizer"] == "muon" for a in kimi)
-    r = analyse(str(FIXTURES / "rule_base.yaml"), overrides({"model.base": "kimi-k2", "hardware.nodes": 128,
-                                                               "hardware.gpus_per_node": 8,
-                                                               "training.global_batch_size": 8192}))
+    r = analyse(str(FIXTURES / "rule_base.yaml"), overrides(KIMI_GB200))
+    assert r.plan["optimizer"] == "adam"
     assert r.plan.planner["anchor"] is None
+
+
+def test_muon_intents_are_served_by_muon_anchors():
+    """training.optimizer: muon matches Kimi-K2's Muon recipes; on 256 GB200 the shipped one is kept."""
+    r = analyse(str(FIXTURES / "rule_base.yaml"), overrides({**KIMI_GB200, "training.optimizer": "muon"}))
+    p = r.plan
+    assert p["optimizer"] == "muon" and p.planner["anchor"] is not None
+    assert p.planner["chosen"].get("anchor") == "kimi_k2_pretrain_256gpu_gb200_bf16_config"
+    assert (p["tensor_model_parallel_size"], p["pipeline_model_parallel_size"],
+            p["virtual_pipeline_model_parallel_size"], p["expert_model_parallel_size"]) == (1, 4, 4, 64)
+    assert p["overlap_param_gather"] is False  # the layer-wise optimizer runs on plain DDP
+
+
+def test_adam_intents_never_get_a_muon_anchor_and_muon_intents_never_an_adam_one(monkeypatch):
+    class Ctx:
+        model = {"id": "qwen3-30b-a3b"}
+
+        def __init__(self, optimizer):
+            self.v = {"gpu": "h100", "precision": "bf16", "world_size": 16, "optimizer": optimizer}
+
+        def __getitem__(self, k):
+            return self.v[k]
+    adam = search.match_anchor(Ctx("adam"))
+    assert adam is not None and adam["optimizer"] == "adam"
+    assert search.match_anchor(Ctx("muon")) is None
+
+
+def test_muon_optimizer_state_is_smaller_than_adams():
+    from mocompile import memory
+    from mocompile.optimizer_state import state_bytes_per_param
+    assert state_bytes_per_param("adam", 4) == 3.0
+    assert state_bytes_per_param("muon", 4) == 2.0
+    assert state_bytes_per_param("muon", 1, non_linear_share=1.0) == 12.0  # embeddings stay on Adam
+    base = analyse(str(FIXTURES / "rule_base.yaml")).plan
+    cfg = base.values()
+    adam = memory.estimate(base.model, {**cfg, "optimizer": "adam"})
+    muon = memory.estimate(base.model, {**cfg, "optimizer": "muon"})
+    assert muon["weights_and_optimizer_gib"] < adam["weights_and_optimizer_gib"]

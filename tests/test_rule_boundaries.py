@@ -267,6 +267,14 @@ BOUNDARIES = [
      dict(**OVERLAP, env={"CUDA_DEVICE_MAX_CONNECTIONS": "32"})),
     ("MEM001", dict(memory_estimate_gib=80.01), dict(memory_estimate_gib=80.0)),
     ("VER001", dict(torch_version="2.5.9"), dict(torch_version="2.6.0")),
+    # OPT001 Muon and fp16: each term on its own
+    ("OPT001", dict(optimizer="muon", bf16=False, fp16=True), dict(optimizer="muon", bf16=True, fp16=False)),
+    ("OPT001", dict(optimizer="muon", bf16=False, fp16=True), dict(optimizer="adam", bf16=False, fp16=True)),
+    # OPT002 / OPT003 Muon needs megatron-core >= 0.16.0 and Megatron-Bridge >= 0.3.0 (the catalogue's versions)
+    ("OPT002", dict(optimizer="muon", mcore_version="0.15.3"), dict(optimizer="muon", mcore_version="0.16.0")),
+    ("OPT002", dict(optimizer="muon", mcore_version="0.15.3"), dict(optimizer="adam", mcore_version="0.15.3")),
+    ("OPT003", dict(optimizer="muon", bridge_version="0.2.2"), dict(optimizer="muon", bridge_version="0.3.0")),
+    ("OPT003", dict(optimizer="muon", bridge_version="0.2.2"), dict(optimizer="adam", bridge_version="0.2.2")),
     ("OVL007", dict(**OVERLAP, recompute_method="uniform"), dict(**OVERLAP)),
     ("OVL008", dict(**OVERLAP, recompute_num_layers=1), dict(**OVERLAP)),
     ("OVL013", dict(**OVERLAP, num_moe_experts=1, expert_model_parallel_size=1),

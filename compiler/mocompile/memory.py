@@ -99,7 +99,11 @@ def estimate(m: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
     # bf16 parameter + gradient buffer (fp32 unless gradients are reduced in bf16, as Bridge's perf recipes
     # do: Megatron's DDP keeps the buffer in the reduce dtype) + fp32 master and Adam moments, sharded over DP.
     grad = 4 if c.get("grad_reduce_in_fp32", True) else 2
-    bytes_dense, bytes_expert = 2 + grad + 12 / dp, 2 + grad + 12 / edp
+    # optimizer state per parameter (Adam 12 B, Muon 8 B + Adam on embeddings): optimizer_state.py
+    from mocompile.optimizer_state import state_bytes_per_param
+    opt, emb = c.get("optimizer", "adam"), (p["embedding"] / 2 / tp if pp > 1 else p["embedding"] / tp)
+    bytes_dense = 2 + grad + state_bytes_per_param(opt, dp, emb / dense if dense else 0.0)
+    bytes_expert = 2 + grad + state_bytes_per_param(opt, edp)
     weights = dense * bytes_dense + experts * bytes_expert
 
     granularity = c.get("recompute_granularity")

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-on-graphs.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:5855cae2588dcecc input sha256:0665cefb6f944525
+# mocompile: checksum sha256:35f0c5fef6493906 input sha256:0665cefb6f944525
 """bench-te-mid-ep4-on-graphs: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -116,12 +116,12 @@ def build_config() -> ConfigContainer:
     model.seq_length = 2048  # training.seq_length
     model.tensor_model_parallel_size = 1  # user: pinned in the recipe
     model.pipeline_model_parallel_size = 1  # user: pinned in the recipe
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.35 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
     model.context_parallel_size = 1  # user: pinned in the recipe
     model.expert_model_parallel_size = 4  # user: pinned in the recipe
     model.expert_tensor_parallel_size = 1  # user: pinned in the recipe
-    model.sequence_parallel = False  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (0.35 s/step; see tensor_model_parallel_size)
     model.moe_token_dispatcher_type = 'alltoall'  # user: pinned in the recipe
     model.moe_flex_dispatcher_backend = None  # user: pinned in the recipe
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
@@ -129,9 +129,9 @@ def build_config() -> ConfigContainer:
     model.moe_router_force_load_balancing = True  # user: pinned in the recipe
     model.moe_grouped_gemm = True  # user: pinned in the recipe
     model.recompute_granularity = None  # user: pinned in the recipe
-    model.recompute_method = None  # goal: lightest recompute that fits: 36.8 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 36.8 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 36.8 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 37.2 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 37.2 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 37.2 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'transformer_engine'  # user: pinned in the recipe
     model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # user: pinned in the recipe
     model.use_te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-235b-a22b-gb200.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:eb1509a5d8dbbb50 input sha256:c862d18dba0b3c94
+# mocompile: checksum sha256:fe5d1b3b7461c6a6 input sha256:c862d18dba0b3c94
 # qwen3-235b-a22b-gb200: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
@@ -21,9 +21,9 @@ fi
 import os
 import sys
 
-REQUIRED_ENV = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN': '64', 'USE_MNNVL': '1'}
+REQUIRED_ENV = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN': '8', 'USE_MNNVL': '1'}
 TORCH_MIN = '2.6.0'
-TE_MIN = '2.7.0'
+TE_MIN = '1.7.0'
 DISPATCH_IMPORT = ('deep_ep', 'HybridEPBuffer')
 NEEDS_NVCC = True
 NEEDS_APEX = True

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-235b-a22b-gb200.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:c8b782a330a4b50c input sha256:c862d18dba0b3c94
+# mocompile: checksum sha256:936fadd14f3eb5fa input sha256:c862d18dba0b3c94
 """qwen3-235b-a22b-gb200: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-235B-A22B on 128x NVIDIA GB200 NVL72, goal throughput.
@@ -35,10 +35,10 @@ from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
-PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 64, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_flex_dispatcher_num_sms': 32, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': True, 'cross_entropy_loss_fusion': True, 'cross_entropy_fusion_impl': 'te', 'moe_permute_fusion': True, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'hybridep'}
+PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 8, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': 'Ettttttttttt|(tttttttttttt|)*6tttttttttttL', 'context_parallel_size': 1, 'expert_model_parallel_size': 8, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_flex_dispatcher_num_sms': 32, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'transformer_engine', 'cuda_graph_modules': ['moe_router', 'moe_preprocess'], 'use_te_rng_tracker': True, 'mtp_num_layers': None, 'apply_rope_fusion': True, 'cross_entropy_loss_fusion': True, 'cross_entropy_fusion_impl': 'te', 'moe_permute_fusion': True, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'hybridep'}
 
 # The launch environment this plan was compiled for (launchers export the same block).
-ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_NVLS_ENABLE': '0', 'NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN': '64', 'NVTE_BWD_LAYERNORM_SM_MARGIN': '20', 'NVTE_FWD_LAYERNORM_SM_MARGIN': '20', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True', 'USE_MNNVL': '1'}
+ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_GRAPH_REGISTER': '0', 'NCCL_NVLS_ENABLE': '0', 'NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN': '8', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True', 'USE_MNNVL': '1'}
 
 
 def build_config() -> ConfigContainer:
@@ -80,25 +80,25 @@ def build_config() -> ConfigContainer:
     cfg.tokenizer, cfg.logger, cfg.checkpoint = tokenizer, logger, checkpoint
     model = cfg.model
     model.seq_length = 4096  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 16.25 s/step, 598 TFLOPS/GPU, 150.1 GiB (of 552 candidates scored); predicted 3.26 s/step faster than the shipped qwen3_235b_a22b_pretrain_64gpu_gb200_bf16_config (19.51 s, slower)
-    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (16.25 s/step; see tensor_model_parallel_size)
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (16.25 s/step; see tensor_model_parallel_size)
-    model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
-    model.context_parallel_size = 1  # goal: part of the chosen plan (16.25 s/step; see tensor_model_parallel_size)
-    model.expert_model_parallel_size = 64  # goal: part of the chosen plan (16.25 s/step; see tensor_model_parallel_size)
-    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (16.25 s/step; see tensor_model_parallel_size)
-    model.sequence_parallel = False  # goal: part of the chosen plan (16.25 s/step; see tensor_model_parallel_size)
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 18.36 s/step, 530 TFLOPS/GPU, 137.8 GiB (of 552 candidates scored); the tuned recipe Bridge ships (qwen3_235b_a22b_pretrain_64gpu_gb200_bf16_config)
+    model.pipeline_model_parallel_size = 8  # goal: part of the chosen plan (18.36 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (18.36 s/step; see tensor_model_parallel_size)
+    model.pipeline_model_parallel_layout = 'Ettttttttttt|(tttttttttttt|)*6tttttttttttL'  # derived: balanced layout: embedding and loss counted as a layer each [PP002, PP003]
+    model.context_parallel_size = 1  # goal: part of the chosen plan (18.36 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 8  # goal: part of the chosen plan (18.36 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (18.36 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (18.36 s/step; see tensor_model_parallel_size)
     model.moe_flex_dispatcher_num_sms = 32  # derived: flex dispatcher SM budget used by the shipped perf recipes
-    model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default [OVL010]
+    model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = None  # goal: lightest recompute that fits: 150.1 GiB <= 171 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 150.1 GiB <= 171 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 150.1 GiB <= 171 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 150.1 GiB <= 171 GiB usable
-    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (16.25 s/step; see tensor_model_parallel_size)
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (16.25 s/step; see tensor_model_parallel_size)
-    model.use_te_rng_tracker = False  # derived: no graphs
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 137.8 GiB <= 171 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 137.8 GiB <= 171 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 137.8 GiB <= 171 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 137.8 GiB <= 171 GiB usable
+    model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (18.36 s/step; see tensor_model_parallel_size); no graphs: +0.04 s
+    model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: part of the chosen plan (18.36 s/step; see tensor_model_parallel_size)
+    model.use_te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker
     model.mtp_num_layers = None  # model: model catalogue (qwen3-235b-a22b)
     model.apply_rope_fusion = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: fused RoPE (TE >= 1.4)
     model.cross_entropy_loss_fusion = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: fused cross-entropy in TE
@@ -112,13 +112,13 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     # Bridge's own helper sets the flex dispatcher and clears shared-expert overlap.
-    apply_flex_dispatcher_backend(model, 'hybridep')  # goal: part of the chosen plan (16.25 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall +0.07 s
+    apply_flex_dispatcher_backend(model, 'hybridep')  # goal: part of the chosen plan (18.36 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall +1.09 s
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=True,  # goal: part of the chosen plan (16.25 s/step; see tensor_model_parallel_size); overlap off: +1.00 s
-        delay_wgrad_compute=True,  # goal: part of the chosen plan (16.25 s/step; see tensor_model_parallel_size)
+        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (18.36 s/step; see tensor_model_parallel_size); overlap on: illegal or does not fit
+        delay_wgrad_compute=False,  # goal: part of the chosen plan (18.36 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=False,  # derived: no interleaved pipeline
-        batch_p2p_comm=False,  # derived: not needed
+        batch_p2p_comm=True,  # derived: plain pipeline: batched p2p
         overlap_grad_reduce=True,  # derived: overlap the DP gradient reduce-scatter
         overlap_param_gather=True,  # derived: follows overlap_grad_reduce
     )
@@ -130,7 +130,7 @@ def build_config() -> ConfigContainer:
         overlap_param_gather=True,
     )
     cfg.validation = ValidationConfig(eval_iters=0, eval_interval=None)  # mock data: no evaluation
-    cfg.rng = RNGConfig(seed=1234, te_rng_tracker=False)
+    cfg.rng = RNGConfig(seed=1234, te_rng_tracker=True)
     cfg.mixed_precision = get_mixed_precision_config('bf16_mixed')
     # the precision config writes this into the DDP config at setup: set it here, not only above
     cfg.mixed_precision.grad_reduce_in_fp32 = False

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-30b-a3b-h100x8-fit.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:a4e4067eb1d93c08 input sha256:9f88ae4b995acb74
+# mocompile: checksum sha256:90fa01c9e54ac87a input sha256:9f88ae4b995acb74
 # qwen3-30b-a3b-h100x8-fit: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
@@ -21,11 +21,11 @@ fi
 import os
 import sys
 
-REQUIRED_ENV = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN': '8', 'USE_MNNVL': '0'}
+REQUIRED_ENV = {'CUDA_DEVICE_MAX_CONNECTIONS': '1'}
 TORCH_MIN = '2.6.0'
 TE_MIN = '1.7.0'
-DISPATCH_IMPORT = ('deep_ep', 'HybridEPBuffer')
-NEEDS_NVCC = True
+DISPATCH_IMPORT = None
+NEEDS_NVCC = False
 NEEDS_APEX = True
 
 

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-30b-a3b-h100x8-fit.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:fc5075e2b68845cc input sha256:9f88ae4b995acb74
+# mocompile: checksum sha256:33a0897c52843346 input sha256:9f88ae4b995acb74
 """qwen3-30b-a3b-h100x8-fit: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-30B-A3B on 8x NVIDIA H100 80GB HBM3, goal fit.
@@ -30,15 +30,14 @@ from megatron.bridge.training.config import (
     TrainingConfig,
     ValidationConfig,
 )
-from megatron.bridge.training.flex_dispatcher_backend import apply_flex_dispatcher_backend
 from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
-PLANNED = {'seq_length': 8192, 'tensor_model_parallel_size': 8, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 8, 'expert_tensor_parallel_size': 1, 'sequence_parallel': True, 'moe_flex_dispatcher_num_sms': 32, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': 'selective', 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': ['layernorm', 'moe', 'core_attn'], 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': False, 'cross_entropy_fusion_impl': 'native', 'moe_permute_fusion': False, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'hybridep'}
+PLANNED = {'seq_length': 8192, 'tensor_model_parallel_size': 8, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 8, 'expert_tensor_parallel_size': 1, 'sequence_parallel': True, 'moe_token_dispatcher_type': 'alltoall', 'moe_flex_dispatcher_backend': None, 'moe_flex_dispatcher_num_sms': None, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': 'selective', 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': ['layernorm', 'moe', 'core_attn'], 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': False, 'cross_entropy_fusion_impl': 'native', 'moe_permute_fusion': False, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None}
 
 # The launch environment this plan was compiled for (launchers export the same block).
-ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_NVLS_ENABLE': '0', 'NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN': '8', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True', 'USE_MNNVL': '0'}
+ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '1', 'NCCL_NVLS_ENABLE': '0', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'}
 
 
 def build_config() -> ConfigContainer:
@@ -78,24 +77,26 @@ def build_config() -> ConfigContainer:
     cfg.tokenizer, cfg.logger, cfg.checkpoint = tokenizer, logger, checkpoint
     model = cfg.model
     model.seq_length = 8192  # training.seq_length
-    model.tensor_model_parallel_size = 8  # goal: lowest predicted memory, then fastest: 50.76 s/step, 144 TFLOPS/GPU, 68.2 GiB (of 57 candidates scored)
-    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (50.76 s/step; see tensor_model_parallel_size)
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (50.76 s/step; see tensor_model_parallel_size)
+    model.tensor_model_parallel_size = 8  # goal: lowest predicted memory, then fastest: 54.31 s/step, 135 TFLOPS/GPU, 68.3 GiB (of 57 candidates scored)
+    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (54.31 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (54.31 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
-    model.context_parallel_size = 1  # goal: part of the chosen plan (50.76 s/step; see tensor_model_parallel_size)
-    model.expert_model_parallel_size = 8  # goal: part of the chosen plan (50.76 s/step; see tensor_model_parallel_size)
-    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (50.76 s/step; see tensor_model_parallel_size)
-    model.sequence_parallel = True  # goal: part of the chosen plan (50.76 s/step; see tensor_model_parallel_size)
-    model.moe_flex_dispatcher_num_sms = 32  # derived: flex dispatcher SM budget used by the shipped perf recipes
+    model.context_parallel_size = 1  # goal: part of the chosen plan (54.31 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 8  # goal: part of the chosen plan (54.31 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (54.31 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = True  # goal: part of the chosen plan (54.31 s/step; see tensor_model_parallel_size)
+    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (54.31 s/step; see tensor_model_parallel_size)
+    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (54.31 s/step; see tensor_model_parallel_size)
+    model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = 'selective'  # goal: lightest recompute that fits: 68.2 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 68.2 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 68.2 GiB <= 74 GiB usable
-    model.recompute_modules = ['layernorm', 'moe', 'core_attn']  # goal: lightest recompute that fits: 68.2 GiB <= 74 GiB usable
-    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (50.76 s/step; see tensor_model_parallel_size)
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (50.76 s/step; see tensor_model_parallel_size)
+    model.recompute_granularity = 'selective'  # goal: lightest recompute that fits: 68.3 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 68.3 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 68.3 GiB <= 74 GiB usable
+    model.recompute_modules = ['layernorm', 'moe', 'core_attn']  # goal: lightest recompute that fits: 68.3 GiB <= 74 GiB usable
+    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (54.31 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (54.31 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (qwen3-30b-a3b)
     model.apply_rope_fusion = False  # goal: goal fit: Megatron's default
@@ -109,12 +110,10 @@ def build_config() -> ConfigContainer:
     model.account_for_loss_in_pipeline_split = False  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
-    # Bridge's own helper sets the flex dispatcher and clears shared-expert overlap.
-    apply_flex_dispatcher_backend(model, 'hybridep')  # goal: part of the chosen plan (50.76 s/step; see tensor_model_parallel_size)
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
         overlap_moe_expert_parallel_comm=False,  # goal: goal fit: no EP overlap (it keeps one more micro-batch of activations alive)
-        delay_wgrad_compute=False,  # goal: part of the chosen plan (50.76 s/step; see tensor_model_parallel_size)
+        delay_wgrad_compute=False,  # goal: part of the chosen plan (54.31 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=False,  # derived: no interleaved pipeline
         batch_p2p_comm=False,  # derived: not needed
         overlap_grad_reduce=False,  # derived: no data parallelism

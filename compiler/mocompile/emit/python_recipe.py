@@ -185,6 +185,7 @@ def context(plan: Plan, source: str) -> dict[str, Any]:
         "seed": plan["seed"],
         "lr": lr,
         "min_lr": float(f"{lr / 10:.6g}"),
+        "optimizer": plan.get("optimizer") or "adam",
         "optimizer_bf16": bool(plan["bf16"]),
         "optimizer_fp16": bool(plan["fp16"]),
         "warmup": max(1, min(500, iters // 10)),

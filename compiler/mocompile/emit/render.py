@@ -120,7 +120,9 @@ def requirements(plan: Plan) -> dict[str, Any]:
                     if k in ("CUDA_DEVICE_MAX_CONNECTIONS", "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", "USE_MNNVL")}
     return {"torch": torch_min, "transformer_engine": te_min, "dispatch_import": dispatch, "env": required_env,
             "needs_nvcc": backend == "hybridep",
-            "needs_apex": bool(plan["te_version"] is not None and plan["gradient_accumulation_fusion"])}
+            "needs_apex": bool(plan["te_version"] is not None and plan["gradient_accumulation_fusion"]),
+            # Megatron-Core 0.16+ builds Muon from emerging-optimizers >= 0.2 (optimizer/__init__.py)
+            **({"emerging_optimizers": "0.2.0"} if plan.get("optimizer") == "muon" else {})}
 
 
 def preflight_io(plan: Plan) -> dict[str, Any]:
@@ -159,7 +161,8 @@ def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
     files["preflight.sh"] = header.stamp_comment(t.get_template("preflight.sh.j2").render(
         **common, required_env=req["env"], torch_min=req["torch"], te_min=req["transformer_engine"],
         dispatch_import=tuple(req["dispatch_import"]) if req["dispatch_import"] else None,
-        needs_nvcc=req["needs_nvcc"], needs_apex=req["needs_apex"], io=preflight_io(plan)),
+        needs_nvcc=req["needs_nvcc"], needs_apex=req["needs_apex"], emerging_min=req.get("emerging_optimizers"),
+        io=preflight_io(plan)),
         source, ih, shebang="#!/usr/bin/env bash")
     targets = launch["targets"]
     if "torchrun" in targets:

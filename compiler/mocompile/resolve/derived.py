@@ -21,7 +21,12 @@ def p2p_and_grads(ctx: Context) -> None:
             "overlap the DP gradient reduce-scatter" if want and not blockers else
             ("off: " + ", ".join(blockers) + " (delay_wgrad with grad overlap needs TE >= 2.7)" if blockers
              else "no data parallelism"), rules=blockers)
-    ctx.set("overlap_param_gather", want and not blockers, "derived", "follows overlap_grad_reduce")
+    if ctx["optimizer"] == "muon":
+        ctx.set("overlap_param_gather", False, "derived",
+                "Muon's layer-wise optimizer runs without Megatron's distributed optimizer: no param-gather overlap "
+                "(Bridge's _apply_kimi_k2_optimizer 'muon')", path=("training", "optimizer"))
+    else:
+        ctx.set("overlap_param_gather", want and not blockers, "derived", "follows overlap_grad_reduce")
     ctx.set("use_te_rng_tracker", ctx["cuda_graph_impl"] not in (None, "none"), "derived",
             "CUDA graphs need TE's RNG tracker" if ctx["cuda_graph_impl"] not in (None, "none") else "no graphs")
 

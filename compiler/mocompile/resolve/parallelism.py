@@ -65,6 +65,8 @@ def base(ctx: Context) -> None:
     for name, value in (("bf16", bf16), ("fp16", fp16), ("fp8", fp8), ("fp4", fp4)):
         ctx.set(name, value, src, f"from precision {prec}", path=ppath)
     ctx.set("fp8_dispatch", False, "default", "Megatron dispatches in BF16")
+    ctx.user_or("optimizer", ("training", "optimizer"), t.get("optimizer", "adam"), "default",
+                "schema default: Megatron's distributed Adam")
     ctx.set("goal", ctx.goal, "user", "the recipe's goal", path=("goal",))
     ctx.user_or("moe_router_force_load_balancing", ("moe", "force_balance"), False, "goal",
                 "natural routing: forced balancing is for benchmarks only")

@@ -64,9 +64,6 @@ def anchors() -> tuple[dict[str, Any], ...]:
     return tuple(load_yaml(ANCHORS)["anchors"])
 
 
-EMITTED_OPTIMIZER = "adam"  # generated recipes train with Megatron's distributed Adam
-
-
 def trust_margin(model: dict[str, Any] | None = None) -> float:
     """Leave a measured configuration only for a predicted gain above the model's errors; never where
     the step-time model does not cost the architecture (e.g. linear-attention layers)."""
@@ -374,13 +371,14 @@ def _default_knob(ctx: Context, knobs: list[tuple[str, bool, bool, str]], group:
 
 
 def match_anchor(ctx: Context) -> dict[str, Any] | None:
-    """The shipped perf recipe for this model, GPU and precision whose layout divides the GPU count."""
+    """The shipped perf recipe for this model, GPU, precision and optimizer whose layout divides the GPU count."""
     model_id, gpu, prec, world = ctx.model.get("id"), ctx["gpu"], ctx["precision"], ctx["world_size"]
+    optimizer = ctx["optimizer"]  # Muon anchors serve Muon intents only, Adam anchors Adam intents
     found = []
     for a in anchors():
         if a["model"] != model_id or a["gpu"] != gpu or a["precision"] != prec or a["variant"]:
             continue
-        if a.get("optimizer", "adam") != EMITTED_OPTIMIZER:  # tuned for another optimizer: not comparable
+        if a.get("optimizer", "adam") != optimizer:  # tuned for another optimizer: not comparable
             continue
         if world % (a["tp"] * a["pp"] * a["cp"]) or world % (a["ep"] * a["etp"] * a["pp"]):
             continue

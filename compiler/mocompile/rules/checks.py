@@ -176,6 +176,10 @@ CHECKS: dict[str, Check] = {
     "ENV001": lambda c: _overlap(c) and str(c["env"].get("CUDA_DEVICE_MAX_CONNECTIONS", "")) == "1",
     "MEM001": lambda c: c.get("memory_estimate_gib", 0) > c["gpu_memory_gib"],
     "VER001": lambda c: not at_least(c["torch_version"], "2.6.0"),
+    # Optimizer choice (training.optimizer). The catalogue's versions key OPT002/OPT003 to old stacks.
+    "OPT001": lambda c: c.get("optimizer", "adam") == "muon" and bool(c["fp16"]),
+    "OPT002": lambda c: c.get("optimizer", "adam") == "muon",  # catalogue versions: megatron-core < 0.16.0
+    "OPT003": lambda c: c.get("optimizer", "adam") == "muon",  # catalogue versions: Megatron-Bridge < 0.3.0
     # Data, tokenizer, checkpoint and logging (issue 9). These read with .get: the resolver's
     # candidate trials run before these settings exist, and a missing one means "not configured".
     "TOK001": lambda c: (c.get("tokenizer_vocab_size") or 0) > c["vocab_size"],
@@ -188,6 +192,7 @@ CHECKS: dict[str, Check] = {
     "CKPT005": lambda c: c.get("ckpt_format") == "fsdp_dtensor" and _ckpt_used(c),
     "CKPT006": lambda c: c.get("ckpt_format") in ("torch", "torch_dcp") and _ckpt_used(c),
     "LOG001": lambda c: (c.get("log_interval") or 1) > c["train_iters"],
-    # mocompile always emits the distributed optimizer; catalogue versions: megatron-core 0.19.2 (seen on 2xH100).
+    # Adam plans emit the distributed optimizer (seen on 2xH100); a Muon plan's layer-wise optimizer keeps its
+    # Adam groups in torch/TE Adam too, unverified without TE, so the rule holds for both. Versions: mcore 0.19.2.
     "CKPT007": lambda c: bool(c.get("load")) and c["te_version"] is None,
 }

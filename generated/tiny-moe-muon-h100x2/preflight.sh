@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
+# mocompile: source recipes/tiny-moe-muon-h100x2.yaml (mocompile 0.1.0)
+# mocompile: checksum sha256:9eeb86775c5cb4a0 input sha256:96e26cc66d89cd5d
+# tiny-moe-muon-h100x2: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
+#   RUN001 the Python interpreter or torch is missing or too old
+#   RUN002 Transformer Engine is missing or too old for this plan
+#   RUN003 the dispatcher's package (deep_ep) does not import
+#   RUN004 a required environment variable is missing or wrong in the job environment
+#   RUN005 HybridEP compiles its kernels at first use: CUDA_HOME must hold bin/nvcc
+#   RUN012 training.optimizer muon needs the emerging-optimizers package (>= 0.2.0) that Megatron-Core builds Muon from
+set -euo pipefail
+PYTHON="${PYTHON:-python3}"
+
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+  echo "preflight: RUN001 python interpreter '$PYTHON' not found (set PYTHON=...)" >&2
+  exit 1
+fi
+
+"$PYTHON" - <<'PREFLIGHT'
+import os
+import sys
+
+REQUIRED_ENV = {'CUDA_DEVICE_MAX_CONNECTIONS': '32'}
+TORCH_MIN = '2.6.0'
+TE_MIN = None
+DISPATCH_IMPORT = ('deep_ep', 'Buffer')
+NEEDS_NVCC = False
+NEEDS_APEX = False
+
+
+def version(text):
+    parts = []
+    for piece in text.split("+")[0].split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts + [0] * (3 - len(parts)))
+
+
+failures = []
+try:
+    import torch
+    if version(torch.__version__) < version(TORCH_MIN):
+        failures.append(f"RUN001 torch {torch.__version__} < {TORCH_MIN}")
+except ImportError as exc:
+    failures.append(f"RUN001 torch does not import: {exc}")
+if TE_MIN is not None:
+    try:
+        import transformer_engine
+        te_version = getattr(transformer_engine, "__version__", "0")
+        if version(te_version) < version(TE_MIN):
+            failures.append(f"RUN002 Transformer Engine {te_version} < {TE_MIN}")
+    except ImportError as exc:
+        failures.append(f"RUN002 Transformer Engine does not import: {exc}")
+if DISPATCH_IMPORT is not None:
+    module, name = DISPATCH_IMPORT
+    try:
+        getattr(__import__(module, fromlist=[name]), name)
+    except (ImportError, AttributeError) as exc:
+        failures.append(f"RUN003 {module}.{name} does not import ({exc}); build DeepEP's hybrid-ep branch")
+if NEEDS_NVCC:
+    cuda_home = os.environ.get("CUDA_HOME", "")
+    if not cuda_home or not os.access(os.path.join(cuda_home, "bin", "nvcc"), os.X_OK):
+        failures.append(f"RUN005 CUDA_HOME={cuda_home!r} has no bin/nvcc; HybridEP JIT-compiles its kernels at first use")
+if NEEDS_APEX:
+    try:
+        import fused_weight_gradient_mlp_cuda  # noqa: F401
+    except ImportError as exc:
+        failures.append(f"RUN011 gradient_accumulation_fusion is on and Apex's fused_weight_gradient_mlp_cuda does not "
+                        f"import ({exc}): Megatron-Core's output layer raises at model build; install Apex with "
+                        f"--cuda_ext, or set versions.apex: none")
+EMERGING_MIN = '0.2.0'
+try:
+    from importlib.metadata import PackageNotFoundError, version as dist_version
+    try:
+        eo_version = dist_version("emerging-optimizers")
+    except PackageNotFoundError:
+        eo_version = None
+    if eo_version is None or version(eo_version) < version(EMERGING_MIN):
+        # Megatron-Core reads this version (HAVE_EMERGING_OPTIMIZERS) and raises ImportError at optimizer setup
+        failures.append(f"RUN012 training.optimizer muon needs emerging-optimizers >= {EMERGING_MIN} (found "
+                        f"{eo_version or 'none'}); pip install emerging-optimizers, or training.optimizer: adam")
+    else:
+        import emerging_optimizers.orthogonalized_optimizers  # noqa: F401
+except ImportError as exc:
+    failures.append(f"RUN012 emerging-optimizers does not import ({exc}); training.optimizer muon needs it")
+for key, want in REQUIRED_ENV.items():
+    have = os.environ.get(key)
+    if have != want:
+        failures.append(f"RUN004 {key}={have!r} in the job environment, plan needs {want!r}")
+for failure in failures:
+    print(f"preflight: {failure}", file=sys.stderr)
+if failures:
+    sys.exit(1)
+print("preflight: ok")
+PREFLIGHT
