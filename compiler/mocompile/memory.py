@@ -17,14 +17,21 @@ ROUTING_IMBALANCE = 1.2      # most-loaded expert rank vs the mean, natural rout
 WORKSPACE_GIB = 0.5          # NCCL buffers and CUDA context: outside PyTorch's allocator
 ATTN_SCORE_BYTES = 2.5       # unfused attention keeps the bf16 softmax output (+ dropout mask bits) per score
 OVERLAP_EXTRA = 0.15         # extra micro-batches alive under EP overlap without pipelining
-# Transformer Engine keeps fewer activation bytes than the local spec the constants above were fitted on
-# (fused attention, fused permute, TE cross-entropy): fitted on the one published TE peak with its
-# configuration, Qwen3-30B-A3B 16xH100 EP16 HybridEP + EP overlap, 62.2 GiB
-# (perf-recipes.md §5, skills/nemo-mbridge-perf-moe-comm-overlap/card.yaml).
-TE_ACTIVATION_FACTOR = 0.8
-# CUDA graphs keep their captured buffers: TE scoped graphs "a few GB"; full-iteration graphs can raise
-# peak memory 1.5-2x (Bridge skills/nemo-mbridge-perf-cuda-graphs, docs/training/cuda-graphs.md).
-TE_GRAPH_GIB = 3.0
+# Transformer Engine's activation bytes relative to the per-token counts above (fused attention, fused
+# permute, TE cross-entropy): fitted on this project's six measured TE peaks (4x H100, TE 2.12, mid model,
+# benchmarks/results/te-h100x4-2026-11-26: peak allocated 33.0-39.2 GiB, all within -8.3 %..-0.9 % with
+# 0.95) and the published TE peak, Qwen3-30B-A3B 16xH100 EP16 HybridEP + EP overlap, 62.2 GiB (perf-recipes.md
+# §5, compared with total_gib: now +12 %, 69.6 GiB, of which 6.0 GiB graph buffers by the term below; whether
+# that figure is allocated, reserved or nvidia-smi memory is not published). Was 0.8 from the Qwen peak
+# alone, which left every measured TE peak 4-15 % under.
+TE_ACTIVATION_FACTOR = 0.95
+# CUDA graphs keep their captured buffers in PyTorch's allocator (so they count in peak allocated): TE
+# scoped graphs hold static inputs and outputs of every graphed scope and their gradients, per layer and per
+# micro-batch in flight (4 hidden-sized bf16 tensors per token per scope); measured +2.0 GiB for
+# moe_router + moe_preprocess on the TE grid (16 layers, 4096 tokens, hidden 2048, EP overlap: 2 in flight),
+# which this gives (2.0 GiB); full-iteration graphs can raise peak memory 1.5-2x (Bridge
+# skills/nemo-mbridge-perf-cuda-graphs, docs/training/cuda-graphs.md).
+GRAPH_IO_TENSORS = 4
 FULL_ITERATION_GRAPH_FACTOR = 0.5
 
 
@@ -142,11 +149,17 @@ def estimate(m: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
         buffers = max_tokens * m["hidden_size"] * 2 + max_tokens * (m["num_moe_experts"] // ep) * 4
     if c.get("transformer_impl") == "transformer_engine":
         acts, logits = acts * TE_ACTIVATION_FACTOR, logits * TE_ACTIVATION_FACTOR
-    allocated = weights + acts + logits
     impl = c.get("cuda_graph_impl") or "none"
-    graphs = 0.0 if impl == "none" else FULL_ITERATION_GRAPH_FACTOR * acts if impl == "full_iteration" \
-        else TE_GRAPH_GIB * GIB
-    total = allocated + buffers + graphs + WORKSPACE_GIB * GIB
+    graphs = 0.0
+    if impl == "full_iteration":
+        graphs = FULL_ITERATION_GRAPH_FACTOR * acts
+    elif impl != "none":
+        scopes = c.get("cuda_graph_modules") or c.get("cuda_graph_scope") or ["moe_router", "moe_preprocess"]
+        n_scopes = (1 if any(str(s).startswith("moe") for s in scopes) else 0) + (1 if "attn" in scopes else 0)
+        sets = max(1, math.ceil(in_flight - 1e-9))  # EP overlap: two micro-batches' graphs are live
+        graphs = GRAPH_IO_TENSORS * max(1, n_scopes) * layers_rank * sets * tokens * m["hidden_size"] * 2.0
+    allocated = weights + acts + logits + graphs
+    total = allocated + buffers + WORKSPACE_GIB * GIB
     return {
         # Peak of PyTorch's allocator (comparable to torch.cuda.max_memory_allocated).
         "estimate_gib": round(allocated / GIB, 2),

@@ -47,7 +47,7 @@ HBM_EFFICIENCY = 0.7           # share of HBM bandwidth elementwise kernels reac
 UNFUSED_SCORE_PASSES = 12      # HBM passes over the attention scores without fused attention (fwd + bwd)
 SEQUENTIAL_EXPERT_HOST_S = 5e-5  # CPU time per local expert per layer and micro-batch without grouped GEMM
 HOST_P = 4.0                   # smooth max of GPU and host time per micro-batch
-GRAPH_CUT = {"none": 0.0, "te_rp": 0.5, "te_arp": 0.6, "full_iteration": 0.95}
+GRAPH_CUT = {"none": 0.0, "te_rp": 0.08, "te_arp": 0.6, "full_iteration": 0.95}
 
 
 @dataclass(frozen=True, order=True)
@@ -358,11 +358,11 @@ def estimate(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, batch: Batc
         link = hw["nvlink_gbps"] if cand.tp * cand.cp <= hw["gpus_per_node"] else hw["nic_gbps"]
         cp_layer = max(0.0, 3.0 * kv / (link * 1e9 * COLLECTIVE_EFFICIENCY) - 3.0 * t_core)
 
-    host_layer = c["host_s_per_layer"] * (1.0 - GRAPH_CUT.get(cand.graphs, 0.0))
-    if not batch.grouped_gemm:  # SequentialMLP: the CPU launches each local expert's GEMMs one by one
-        host_layer += SEQUENTIAL_EXPERT_HOST_S * m["num_moe_experts"] / (cand.ep * cand.etp)
-    if not batch.te:
-        host_layer *= c["local_spec_factor"]
+    host_layer, host_dense = host_seconds_per_layer(m, cand, batch, c)
+    # The host's single-thread speed: 1 for the DGX-class nodes of the published rows; the project's lent
+    # VM hosts run the same Python several times slower (``host_factor`` in the hardware description).
+    host_scale = float(hw.get("host_factor", 1.0))
+    host_layer, host_dense = host_layer * host_scale, host_dense * host_scale
 
     def layer_time(moe: bool) -> tuple[float, float, float]:
         fwd = moe_fwd if moe else dense_fwd
@@ -385,16 +385,24 @@ def estimate(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, batch: Batc
     hidden, slowdown = 0.0, 0.0
     if overlap_ok and a2a > 0:
         hide = c["overlap_hide"] + (c["delay_wgrad_hide"] if cand.delay_wgrad else 0.0)
-        hidden = min(a2a, comp) * min(1.0, hide)
+        # Combined 1F1B pairs one micro-batch's forward with another's backward: the first forward and the
+        # last backward have no partner, so with PP 1 only (mb - 1) / mb of the all-to-all can be hidden
+        # (a half with 2 micro-batches; all of it in the limit of many).
+        pairs = (mb - 1) / mb if cand.pp == 1 else 1.0
+        hidden = min(a2a, comp) * min(1.0, hide) * pairs
         sms = cand.num_sms or (20 if cand.dispatcher == "deepep" else 32 if cand.dispatcher == "hybridep"
                                else NCCL_A2A_SMS)
         frac = min(0.5, sms / hw.get("sm_count", 132))
         slowdown = hidden * frac / (1.0 - frac)
+        # The overlapped schedule splits every MoE layer into sub-steps (attention, dispatch, experts, combine)
+        # that wait on each other across the compute and communication streams: each wait leaves the GPU a
+        # launch-and-handshake gap, per layer and micro-batch, whether or not there is much to hide.
+        slowdown += c["overlap_sync_s"] * n_moe_all * share
     gpu_mb = comp + a2a - hidden + slowdown + other
     # The CPU launches every kernel; dropless MoE syncs with the GPU each layer, so a micro-batch takes
     # as long as the slower of the two. The overlapped schedule launches more (two micro-batches,
     # explicit stream waits); CUDA graphs cut launches.
-    host_mb = (n_moe_all + n_dense) * share * host_layer * (c["overlap_host_factor"] if overlap_ok else 1.0)
+    host_mb = (n_moe_all * host_layer + n_dense * host_dense) * share * (c["overlap_host_factor"] if overlap_ok else 1.0)
     per_mb = (gpu_mb ** HOST_P + host_mb ** HOST_P) ** (1.0 / HOST_P)
     steady = mb * per_mb
     bubble = (cand.pp - 1) / cand.vpp * per_mb if cand.pp > 1 else 0.0
@@ -406,18 +414,66 @@ def estimate(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, batch: Batc
         pp_comm = 2.0 * mb * cand.vpp * msg / (link * 1e9) * exposed
 
     dp_comm = _dp_exposed(m, hw, cand, world, dp, per_mb)
-    step = steady + bubble + pp_comm + dp_comm + c["step_overhead_s"]
+    opt = optimizer_seconds(m, hw, cand, world)
+    step = steady + bubble + pp_comm + dp_comm + opt + c["step_overhead_s"]
     flops = _flops_per_token(m, f) * batch.global_batch_size * s
     recompute = mb * share * (n_moe_all * moe_rc + n_dense * dense_rc)
     terms = {"compute": mb * comp - recompute, "a2a_total": mb * a2a,
              "a2a_exposed": mb * (a2a - hidden), "overlap_slowdown": mb * slowdown, "bubble": bubble,
              "tp_cp": mb * other, "host_bound": mb * (per_mb - gpu_mb), "pp_p2p": pp_comm, "dp_exposed": dp_comm,
+             "optimizer": opt,
              "recompute": recompute}
     notes = []
     if cand.overlap and not overlap_ok:
         notes.append("EP overlap has nothing to overlap (one micro-batch in flight)")
     return StepEstimate(step, terms, flops / (world * step) / 1e12, batch.global_batch_size * s / (world * step), flops,
                         mb, notes)
+
+
+def local_experts(m: dict[str, Any], cand: Candidate) -> float:
+    """Experts whose weights one GPU holds (ETP splits each expert's matrices, not the count)."""
+    return m["num_moe_experts"] / cand.ep
+
+
+def host_seconds_per_layer(m: dict[str, Any], cand: Candidate, batch: Batch, c: dict[str, float]) -> tuple[float, float]:
+    """CPU time to run one MoE layer (and one dense layer) of one micro-batch, forward + backward.
+
+    A fixed part per layer (Python module calls and kernel launches of attention, router, permutation;
+    CUDA graphs over those scopes cut it) and a part per local expert: TE's GroupedLinear handles every
+    local expert's weight on the host (its GEMM launches forward, dgrad and wgrad, the weight-gradient
+    accumulation and DDP's per-parameter gradient hook), which the attention/router graph scopes do not
+    capture; only a full-iteration graph replays them. Delayed wgrad runs the expert weight gradients as
+    a separate, later pass over the same experts (``delay_wgrad_host``, fitted)."""
+    cut = GRAPH_CUT.get(cand.graphs, 0.0)
+    experts = local_experts(m, cand)
+    per_expert = c["host_s_per_expert"] * (1.0 + (c["delay_wgrad_host"] if cand.delay_wgrad else 0.0))
+    moe = c["host_s_per_layer"] * (1.0 - cut) + per_expert * experts * (1.0 - (cut if cand.graphs == "full_iteration" else 0.0))
+    dense = c["host_s_per_layer"] * (1.0 - cut)
+    if not batch.grouped_gemm:  # SequentialMLP: the CPU launches each local expert's GEMMs one by one
+        moe += SEQUENTIAL_EXPERT_HOST_S * m["num_moe_experts"] / (cand.ep * cand.etp)
+    if not batch.te:
+        moe, dense = moe * c["local_spec_factor"], dense * c["local_spec_factor"]
+    return moe, dense
+
+
+# HBM bytes per local parameter of one distributed-optimizer step with Adam (bf16 weights and gradient
+# buffer, fp32 main weights and moments): gradient copy to fp32 (2 + 4), norm for clipping (4), scale (8),
+# Adam (read gradient, weight, both moments: 16; write weight and moments: 12), bf16 weight copy back
+# (4 + 2), gradient-buffer zeroing (2).
+ADAM_STEP_BYTES = 54.0
+
+
+def optimizer_seconds(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, world: int) -> float:
+    """The optimizer step: memory-bound passes over the parameters whose state this GPU holds.
+
+    Dense parameters' state is sharded over DP, expert parameters' over expert-DP; with EDP 1 (EP = world)
+    every GPU steps its experts' full fp32 state, which weighs in small-batch steps (few micro-batches)."""
+    p = parameters(m)
+    dense = (p["attention"] + p["dense_mlp"] + p["shared"] + p["router"] + p["embedding"]) / (cand.tp * cand.pp)
+    experts = p["experts"] / (cand.ep * cand.etp * cand.pp)
+    dp = max(1, world // (cand.tp * cand.pp * cand.cp))
+    edp = max(1, world // (cand.ep * cand.etp * cand.pp))
+    return (dense / dp + experts / edp) * ADAM_STEP_BYTES / (hw["hbm_tbps"] * 1e12 * HBM_EFFICIENCY)
 
 
 def _dp_exposed(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, world: int, dp: int, per_mb: float) -> float:
