@@ -28,6 +28,7 @@ from typing import Any
 
 from mocompile import plancache
 from mocompile.datafiles import cache_dir, write_json_atomic
+from mocompile.project import project_root  # light: no YAML loader
 
 ENABLED = False     # set by the command line
 MAX_BYTES = 256 * 1024  # LIM001: a larger file is the full path's to refuse
@@ -55,19 +56,6 @@ def read_bytes(path: str) -> bytes | None:
         if fd >= 0:
             os.close(fd)
     return data if len(data) <= MAX_BYTES else None
-
-
-def project_root(recipe: str) -> str:
-    """``load.project_root`` (kept equal by tests/test_lintcache.py) without importing the YAML loader."""
-    start = os.path.dirname(os.path.realpath(recipe))
-    here = start
-    while True:
-        if any(os.path.exists(os.path.join(here, m)) for m in ("pyproject.toml", ".git")):
-            return here
-        parent = os.path.dirname(here)
-        if parent == here:
-            return start
-        here = parent
 
 
 def _sha(data: bytes) -> str:

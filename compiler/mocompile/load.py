@@ -20,6 +20,7 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from mocompile import limits
 from mocompile.errors import InputError
+from mocompile.project import project_root  # noqa: F401  (re-exported: where `extends` may reach)
 from mocompile.ir import Diagnostic, Document, Path, Position
 
 CLI = "<command line>"
@@ -152,20 +153,6 @@ def _merge(base: dict[str, Any], bpos: dict[Path, Position], child: dict[str, An
             bpos[sub] = cpos.get(sub, bpos.get(sub, Position(CLI)))
             bpos[sub + ("<key>",)] = cpos.get(sub + ("<key>",), bpos[sub])
     return out
-
-
-def project_root(recipe: str) -> str:
-    """Where ``extends`` may reach: the nearest folder above ``recipe`` holding pyproject.toml
-    or .git, else the recipe's own folder (symlinks resolved)."""
-    start = os.path.dirname(os.path.realpath(recipe))
-    here = start
-    while True:
-        if any(os.path.exists(os.path.join(here, m)) for m in ("pyproject.toml", ".git")):
-            return here
-        parent = os.path.dirname(here)
-        if parent == here:
-            return start
-        here = parent
 
 
 def read_text(path: str, pos: Position | None = None) -> str:

@@ -62,3 +62,17 @@ def load_settings(start: str = ".") -> Settings:
     s.output = os.path.normpath(os.path.join(s.root, str(conf.get("output", s.output))))
     s.strict = bool(conf.get("strict", False))
     return s
+
+
+def project_root(recipe: str) -> str:
+    """Where ``extends`` may reach: the nearest folder above ``recipe`` holding pyproject.toml
+    or .git, else the recipe's own folder (symlinks resolved)."""
+    start = os.path.dirname(os.path.realpath(recipe))
+    here = start
+    while True:
+        if any(os.path.exists(os.path.join(here, m)) for m in ("pyproject.toml", ".git")):
+            return here
+        parent = os.path.dirname(here)
+        if parent == here:
+            return start
+        here = parent
