@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from mocompile.optimizer_state import state_bytes_per_param
+
 GIB = 1024 ** 3
 ROUTING_IMBALANCE = 1.2      # most-loaded expert rank vs the mean, natural routing
 WORKSPACE_GIB = 0.5          # NCCL buffers and CUDA context: outside PyTorch's allocator
@@ -107,7 +109,6 @@ def estimate(m: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
     # do: Megatron's DDP keeps the buffer in the reduce dtype) + fp32 master and Adam moments, sharded over DP.
     grad = 4 if c.get("grad_reduce_in_fp32", True) else 2
     # optimizer state per parameter (Adam 12 B, Muon 8 B + Adam on embeddings): optimizer_state.py
-    from mocompile.optimizer_state import state_bytes_per_param
     opt, emb = c.get("optimizer", "adam"), (p["embedding"] / 2 / tp if pp > 1 else p["embedding"] / tp)
     bytes_dense = 2 + grad + state_bytes_per_param(opt, dp, emb / dense if dense else 0.0)
     bytes_expert = 2 + grad + state_bytes_per_param(opt, edp)
