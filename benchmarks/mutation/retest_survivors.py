@@ -1,15 +1,18 @@
 """Re-run the surviving mutants of cosmic-ray sessions against the tests as they are now.
 
-    python benchmarks/mutation/retest_survivors.py SESSION.sqlite...
+    python benchmarks/mutation/retest_survivors.py [--add-tests TESTS] SESSION.sqlite...
 
 A full run takes an hour; after tests are added for its survivors, this replays only those
 (each stored diff applied with `patch` to a fresh snapshot of the committed tree, the session's
 test command run, the diff reverted) and marks the newly killed ones KILLED in the session, with
-"retested" in the output column so the report can say which kills came later.
+"retested" in the output column so the report can say which kills came later. ``--add-tests``
+appends test files to the session's test command (the tests written for the survivors live in
+their own file, e.g. tests/test_planner_mutants.py).
 """
 
 from __future__ import annotations
 
+import argparse
 import sqlite3
 import subprocess
 import sys
@@ -26,10 +29,12 @@ def snapshot(dest: Path) -> None:
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
 
 
-def main(sessions: list[str]) -> int:
+def main(sessions: list[str], add_tests: str = "") -> int:
     for session in sessions:
         config = tomllib.loads((Path(session).parent / "cr.toml").read_text())
         command = config["cosmic-ray"]["test-command"]
+        if add_tests:  # first, so that with -x a mutant they kill stops early
+            command = command.replace(" tests/", f" {add_tests} tests/", 1)
         db = sqlite3.connect(session)
         survivors = db.execute("select job_id, diff from work_results where test_outcome = 'SURVIVED'").fetchall()
         killed = skipped = 0
@@ -61,4 +66,8 @@ def main(sessions: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--add-tests", default="", help="test files appended to the session's test command")
+    parser.add_argument("sessions", nargs="+")
+    args = parser.parse_args()
+    sys.exit(main(args.sessions, args.add_tests))

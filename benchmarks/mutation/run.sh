@@ -27,7 +27,10 @@ session checks '"compiler/mocompile/rules/checks.py"' &
 session layout '"compiler/mocompile/layout.py", "compiler/mocompile/rules/engine.py"' &
 wait
 "$PY" "$ROOT/benchmarks/mutation/named_survivors.py" > "$SCRATCH/named.txt" || true
+# The planner's section (run_planner.sh) is kept as it is.
+planner="$(sed -n '/^## The planner (issue 13)/,$p' "$ROOT/docs/mutation.md")"
 "$PY" "$ROOT/benchmarks/mutation/report.py" --commit "$(git -C "$ROOT" rev-parse --short HEAD)" \
   --named "$SCRATCH/named.txt" --notes "$ROOT/benchmarks/mutation/notes.md" "$SCRATCH/checks/session.sqlite" "$SCRATCH/layout/session.sqlite" \
   > "$ROOT/docs/mutation.md"
+if [[ -n "$planner" ]]; then printf '\n%s\n' "$planner" >> "$ROOT/docs/mutation.md"; fi
 echo "wrote docs/mutation.md (sessions in $SCRATCH)"

@@ -1,0 +1,673 @@
+"""The planner's terms stated exactly: tests written for the survivors of the planner's mutation run
+(docs/mutation.md, issue 13). Each states a right value worked out by hand from the step-time model's
+documented physics (steptime.py's docstring) or the search's documented contract, never a value read
+back from generated/.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import FIXTURES, ROOT, overrides
+from mocompile import steptime
+from mocompile.catalogue import _defaults
+from mocompile.load import load
+from mocompile.memory import _attention_params, parameters
+from mocompile.pipeline import analyse
+from mocompile.resolve import context, search
+from mocompile.schema import validate
+from mocompile.steptime import Batch, Candidate, StepEstimate
+
+# A toy MoE: h=1024, 16 heads of 64, 4 KV groups, 8 experts of 512, top-2, 4 layers, vocabulary 1000.
+TOY = _defaults({"id": "toy", "num_layers": 4, "hidden_size": 1024, "num_attention_heads": 16,
+                 "num_query_groups": 4, "kv_channels": 64, "num_moe_experts": 8, "moe_router_topk": 2,
+                 "moe_ffn_hidden_size": 512, "vocab_size": 1000})
+# Round hardware: 1000 TFLOPS, 2 TB/s HBM, 400 GB/s NVLink, 50 GB/s NIC, 8 GPUs a node, 100 SMs, Hopper.
+HW = {"id": "round", "bf16_dense_tflops": 1000.0, "hbm_tbps": 2.0, "nvlink_gbps": 400.0, "nic_gbps": 50.0,
+      "gpus_per_node": 8, "nvlink_domain": 8, "sm_count": 100, "compute_capability": [9, 0], "arch": "hopper"}
+# Constants chosen so that hand arithmetic is easy: perfect GEMMs, no host time, no fixed overhead.
+EASY = dict(steptime.constants(), gemm_efficiency=1.0, gemm_half_rows=0.0, attention_efficiency=1.0,
+            host_s_per_layer=0.0, step_overhead_s=0.0, nccl_latency_s=0.0, flex_latency_s=0.0,
+            natural_imbalance=1.5, overlap_hide=1.0, delay_wgrad_hide=0.0, nccl_a2a_efficiency=1.0,
+            overlap_host_factor=1.0, fp8_quant_bytes=0.0, local_spec_factor=1.0, fp8_gain=2.0,
+            deepep_efficiency=1.0, hybridep_efficiency=1.0,
+            host_s_per_expert=0.0, delay_wgrad_host=0.0, overlap_sync_s=0.0)  # (constants of a later model)
+COLL = 0.75    # NCCL ring collective efficiency (steptime.COLLECTIVE_EFFICIENCY)
+HBM = 0.7      # share of HBM bandwidth elementwise kernels reach (steptime.HBM_EFFICIENCY)
+
+
+def hw(**over):
+    return dict(HW, **over)
+
+
+def est(cand, batch, world, m=TOY, h=None, **c):
+    return steptime.estimate(m, h or HW, cand, batch, world, dict(EASY, **c))
+
+
+def layer_forward(m, s, per_rank, peak=1000e12, e_dense=1.0, e_expert=1.0, imbalance=1.0, h=HW, attn_eff=1.0):
+    """One MoE layer's forward pieces (seconds) by the docstring's physics."""
+    hid, k = m["hidden_size"], m["moe_router_topk"]
+    g = 3
+    keys = steptime.attended_keys(m, s)
+    heads, d = m["num_attention_heads"], m["kv_channels"]
+    attn = per_rank * 2 * _attention_params(m) / (peak * e_dense)
+    core = per_rank * 2 * keys * heads * (2 * d) / (peak * e_dense * attn_eff) + per_rank * keys * heads * 2 / 3 / steptime.exp_rate(h)
+    experts = per_rank * 2 * g * hid * m["moe_ffn_hidden_size"] * k * imbalance / (peak * e_expert)
+    shared = per_rank * (2 * g * hid * (m.get("shared_expert_size") or 0) + 2 * hid * m["num_moe_experts"]) / (peak * e_dense)
+    dense = per_rank * 2 * g * hid * m["ffn_hidden_size"] / (peak * e_dense)
+    elem = 2 * per_rank * (24 * hid + k * imbalance * (6 * hid + 6 * m["moe_ffn_hidden_size"])) / (h["hbm_tbps"] * 1e12 * HBM)
+    logits = per_rank * 2 * hid * m["vocab_size"] / (peak * e_dense)
+    return dict(attn=attn, core=core, experts=experts, shared=shared, dense=dense, elem=elem, logits=logits)
+
+
+# -- steptime: FLOPs -----------------------------------------------------------------------------------
+
+def test_flops_count_dense_layers_shared_experts_and_mtp_heads():
+    h, s, g = 1024, 128, 3
+    m = dict(TOY, first_k_dense=1, ffn_hidden_size=2048, shared_expert_size=256, mtp_num_layers=1)
+    attn = 2 * _attention_params(m) + s * 16 * 128                     # projections + causal core (s/2 keys)
+    moe = attn + 2 * g * h * 512 * 2 + 2 * g * h * 256 + 2 * h * 8      # routed top-2 + shared + router
+    dense = attn + 2 * g * h * 2048
+    mtp = moe + 2 * 2 * h * h                                            # an MTP layer + its projection
+    logits = 2 * h * 1000
+    fwd = 3 * moe + 1 * dense + mtp + logits * 2                         # MTP has its own logits
+    assert steptime.flops_per_token(m, s) == pytest.approx(3 * fwd)
+
+
+def test_a_window_as_long_as_the_sequence_is_full_causal_attention():
+    m = dict(TOY, sliding_window=1024, window_attn_skip_freq=0)
+    assert steptime.attended_keys(m, 1024) == 512.0
+    assert steptime.attended_keys(m, 2048) == pytest.approx((1024 * 1025 / 2 + 1024 * 1024) / 2048)
+
+
+def test_distinct_bins_of_one_bin_is_one_once_anything_is_picked():
+    assert steptime._distinct(3, 1) == 1.0
+    assert steptime._distinct(0.5, 1) == 0.5
+    assert steptime._distinct(2, 4) == pytest.approx(4 * (1 - 0.75 ** 2))
+
+
+# -- steptime: compute ---------------------------------------------------------------------------------
+
+def test_compute_term_by_hand_with_gemm_efficiency_by_rows_imbalance_and_dense_layers():
+    """Every forward piece at its own GEMM efficiency eff * rows / (rows + half): dense GEMMs see the
+    micro-batch's tokens, expert GEMMs the tokens routed to one rank's experts (tokens * k * EP / E)."""
+    m = dict(TOY, first_k_dense=1, ffn_hidden_size=2048, shared_expert_size=256)
+    s, half = 1023, 512.0
+    b = Batch(s, 1, 4, force_balance=False)                            # natural routing: imbalance 1.5
+    e = est(Candidate(ep=2), b, 2, m, gemm_efficiency=0.8, gemm_half_rows=half, attention_efficiency=0.5)
+    e_dense = 0.8 * s / (s + half)
+    rows = s * 2 * 2 / 8                                                # 511.5 rows: not rounded down
+    e_expert = 0.8 * rows / (rows + half)
+    f = layer_forward(m, s, s, e_dense=e_dense, e_expert=e_expert, imbalance=1.5, attn_eff=0.5)
+    moe = f["attn"] + f["core"] + f["experts"] + f["shared"] + f["elem"]
+    dense = f["attn"] + f["core"] + f["dense"] + 0.5 * f["elem"]
+    mb = 4 // 2
+    assert e.num_microbatches == mb
+    assert e.terms["compute"] == pytest.approx(mb * (3 * (3 * moe + dense) + 3 * f["logits"]), rel=1e-9)
+    assert e.terms["recompute"] == 0
+
+
+def test_an_mtp_layer_costs_one_moe_layer_plus_its_own_logits():
+    b = Batch(1024, 1, 2, force_balance=True)
+    with_mtp = est(Candidate(), b, 1, dict(TOY, mtp_num_layers=1)).terms["compute"]
+    five = est(Candidate(), b, 1, dict(TOY, num_layers=5)).terms["compute"]
+    logits = layer_forward(TOY, 1024, 1024)["logits"]
+    assert with_mtp - five == pytest.approx(2 * 3 * logits, rel=1e-9)
+
+
+def test_recompute_shares_per_module():
+    f = {"shared": 1.0, "experts": 3.0}
+    share = steptime._recompute_share
+    zero = {"attn_gemm": 0.0, "core": 0.0, "experts": 0.0, "dense": 0.0, "elementwise": 0.0, "a2a": 0.0}
+    assert share(Candidate(), f, TOY) == zero
+    assert share(Candidate(recompute=("full", None, "uniform", 1)), f, TOY) == {k: 1.0 for k in zero}
+    sel = lambda *mods: Candidate(recompute=("selective", mods, None, None))  # noqa: E731
+    assert share(sel("layernorm"), f, TOY) == dict(zero, elementwise=0.1)
+    assert share(sel("moe_act", "layernorm"), f, TOY) == dict(zero, elementwise=pytest.approx(0.25))
+    assert share(sel("core_attn", "mlp"), f, TOY) == dict(zero, core=1.0, dense=1.0)
+    assert share(sel("shared_experts"), f, TOY) == dict(zero, experts=0.25)
+    assert share(sel("moe"), f, TOY) == dict(zero, experts=1.0, a2a=1.0, elementwise=0.5)
+    assert share(sel("mla_up_proj"), f, dict(TOY, attention="mla")) == dict(zero, attn_gemm=0.6)
+    assert share(sel("mla_up_proj"), f, TOY) == zero                    # GQA has no up projection
+
+
+def test_recompute_term_replays_the_selected_forward_work_on_moe_and_dense_layers():
+    m = dict(TOY, first_k_dense=1, ffn_hidden_size=2048)
+    b = Batch(1024, 1, 2, force_balance=True)
+    cand = Candidate(recompute=("selective", ("layernorm", "core_attn", "mlp"), None, None))
+    e = est(cand, b, 1, m)
+    f = layer_forward(m, 1024, 1024)
+    moe_rc = f["core"] + 0.1 * f["elem"]
+    dense_rc = f["core"] + f["dense"] + 0.1 * 0.5 * f["elem"]
+    assert e.terms["recompute"] == pytest.approx(2 * (3 * moe_rc + dense_rc), rel=1e-9)
+
+
+def test_unfused_attention_moves_the_whole_score_matrix_through_hbm():
+    """Without TE: twice the fused core, plus 12 passes of 2 bytes over b * heads/TP * s/CP * s scores."""
+    s, b = 1024, Batch(1024, 2, 4, force_balance=True, te=False)
+    fused = est(Candidate(tp=2), Batch(1024, 2, 4, force_balance=True), 2)
+    local = est(Candidate(tp=2), b, 2)
+    core = layer_forward(TOY, s, 1024)["core"]                         # tokens b*s = 2048, 1024 per TP rank
+    scores = 2 * (16 / 2) * s * s
+    extra_per_layer = core + 12 * 2.0 * scores / (2e12 * HBM) / 3
+    mb = 4 // 2
+    assert local.terms["compute"] - fused.terms["compute"] == pytest.approx(mb * 4 * 3 * extra_per_layer, rel=1e-9)
+
+
+def test_fp8_quantisation_bytes_by_hand():
+    """Per token: forward operands h + heads*dv + k*imb*(h + f), backward attention_params/h + k*imb*(2f + h)."""
+    b = Batch(1024, 1, 2, "fp8-cs", force_balance=False)
+    q1 = est(Candidate(), b, 1, fp8_quant_bytes=1.0).terms["compute"]
+    q0 = est(Candidate(), b, 1, fp8_quant_bytes=0.0).terms["compute"]
+    h, f_e, k, imb = 1024, 512, 2, 1.5
+    per_token = h + 16 * 64 + k * imb * (h + f_e) + _attention_params(TOY) / h + k * imb * (2 * f_e + h)
+    assert q1 - q0 == pytest.approx(2 * 4 * 3 * 1024 * per_token / (2e12 * HBM), rel=1e-9)
+
+
+def test_pipeline_share_counts_embedding_and_loss_as_layers():
+    """The slowest stage holds ceil(units / (PP*VPP)) * VPP of units = layers + MTP + 2."""
+    m = dict(TOY, num_layers=5)
+    b = Batch(1024, 1, 4, force_balance=True)
+    one = est(Candidate(), b, 1, m).terms["compute"]
+    two = est(Candidate(pp=2), b, 2, m).terms["compute"]
+    inter = est(Candidate(pp=2, vpp=2), b, 2, m).terms["compute"]
+    assert two == pytest.approx(one * 4 / 7)          # ceil(7 / 2) = 4 of 7
+    assert inter == pytest.approx(one * 4 / 7)        # ceil(7 / 4) * 2 = 4 of 7
+    m3 = dict(TOY, num_layers=10)                      # 12 units: ceil(12 / 8) * 4 = 8 of 12
+    assert est(Candidate(pp=2, vpp=4), b, 2, m3).terms["compute"] == \
+        pytest.approx(est(Candidate(), b, 1, m3).terms["compute"] * 8 / 12)
+
+
+# -- steptime: communication ---------------------------------------------------------------------------
+
+def test_intranode_alltoall_allgather_and_flex_copies():
+    """EP 4 in one node, top-2: alltoall sends k*(local-1)/group = 1.5 copies a token; allgather every
+    token to the 3 peers; a flex backend each token once per distinct peer rank: 4*(1-(3/4)^2)*3/4."""
+    t = 1000
+    bw = t * 2048 / 400e9
+    a2a = steptime.a2a_seconds(TOY, HW, Candidate(ep=4, dispatcher="alltoall"), t, EASY, 1.0)
+    ag = steptime.a2a_seconds(TOY, HW, Candidate(ep=4, dispatcher="allgather"), t, EASY, 1.0)
+    flex = steptime.a2a_seconds(TOY, HW, Candidate(ep=4, dispatcher="deepep"), t, EASY, 1.0)
+    assert a2a == pytest.approx(1.5 * bw)
+    assert ag == pytest.approx(3 * bw)
+    assert flex == pytest.approx(4 * (1 - 0.75 ** 2) * 0.75 * bw)
+    # allgather across two nodes: 7 peers by NVLink, 8 remote ranks by the NIC (the slower one sets the time)
+    ag16 = steptime.a2a_seconds(TOY, HW, Candidate(ep=16, dispatcher="allgather"), t, EASY, 1.0)
+    assert ag16 == pytest.approx(max(7 * bw, 8 * t * 2048 / 50e9))
+
+
+def test_flex_across_nodes_splits_the_top_k_over_the_nodes_then_the_ranks():
+    """EP 16 on two 8-GPU nodes, top-2: each token goes once to each distinct remote node it picks
+    (2 * (1 - (1/2)^2) * 1/2 = 0.75 copies) and, per node, once to each distinct peer rank among the
+    k/nodes = 1 picks it sends there (8 * (1 - (7/8)^1) * 7/8 per node, times 2 nodes)."""
+    t, fast_nic = 1000, hw(nic_gbps=4000.0)
+    flex = steptime.a2a_seconds(TOY, fast_nic, Candidate(ep=16, dispatcher="hybridep"), t, EASY, 1.0)
+    nvl = 8 * (1 - (7 / 8) ** 1) * 7 / 8 * 2
+    assert flex == pytest.approx(max(t * nvl * 2048 / 400e9, t * 0.75 * 2048 / 4000e9))
+    assert t * nvl * 2048 / 400e9 > t * 0.75 * 2048 / 4000e9
+
+
+def test_imbalance_loads_the_network_share_too():
+    balanced = steptime.a2a_seconds(TOY, HW, Candidate(ep=16), 1000, EASY, 1.0)
+    natural = steptime.a2a_seconds(TOY, HW, Candidate(ep=16), 1000, EASY, 1.5)
+    assert natural == pytest.approx(1.5 * balanced) and balanced == pytest.approx(1000 * 1 * 2048 / 50e9)
+
+
+def test_a2a_term_is_dispatch_and_combine_forward_and_backward():
+    b = Batch(1024, 1, 4, force_balance=True)
+    e = est(Candidate(ep=4), b, 4)
+    one = steptime.a2a_seconds(TOY, HW, Candidate(ep=4), 1024, EASY, 1.0)
+    assert e.terms["a2a_total"] == pytest.approx(1 * 4 * 4 * one)      # 1 micro-batch, 4 layers, 4 passes
+    moe = est(Candidate(ep=4, recompute=("selective", ("moe",), None, None)), b, 4)
+    assert moe.terms["a2a_total"] == pytest.approx(1 * 4 * 4 * one * 1.5)  # the replayed dispatch + combine
+    piped = est(Candidate(pp=2, ep=4), Batch(1024, 1, 16, force_balance=True), 8)   # DP 4: 4 micro-batches
+    assert piped.terms["a2a_total"] == pytest.approx(4 * 4 * 4 * one * 0.5)        # stage share 3 of 6 units
+
+
+def test_tp_collectives_all_gather_and_reduce_scatter_around_each_layer():
+    b = Batch(1024, 1, 4, force_balance=True)
+    e = est(Candidate(tp=2), b, 2)
+    msg = 1024 * 1024 * 2.0 * (2 - 1) / 2
+    layer = 4 * msg / (400e9 * COLL)
+    assert e.terms["tp_cp"] == pytest.approx(4 * 4 * layer)            # 4 micro-batches (DP 1) x 4 layers
+    assert est(Candidate(), b, 1).terms["tp_cp"] == 0
+    piped = est(Candidate(tp=2, pp=2), b, 4)                            # stage share: ceil(6/2)/6 = 1/2
+    assert piped.terms["tp_cp"] == pytest.approx(4 * 4 * layer * 0.5)
+
+
+def test_cp_ring_exchange_is_what_attention_does_not_hide():
+    """CP 2: KV of the other rank, 3 passes (fwd + 2 bwd), minus 3x the attention core it hides behind.
+    The ring stays on NVLink while TP*CP fits in a node, else it crosses the NIC."""
+    slow = hw(nvlink_gbps=1.0, nic_gbps=0.5, gpus_per_node=2)
+    s, b = 2048, Batch(2048, 1, 4, force_balance=True)
+    tokens = s / 2
+    kv = tokens * 2 * 4 * 64 * 2.0 * (2 - 1)
+    core = layer_forward(TOY, s, tokens, h=slow)["core"]
+    # (the attention core of a CP rank: its tokens attend to s/2 keys on average, as without CP)
+    e = est(Candidate(cp=2), b, 2, h=slow)
+    dp_mb = 4 // 1                                                      # world 2 / (TP*PP*CP) = DP 1
+    assert e.num_microbatches == dp_mb
+    nvl = max(0.0, 3 * kv / (1.0e9 * COLL) - 3 * core)
+    assert nvl > 0
+    assert e.terms["tp_cp"] == pytest.approx(dp_mb * 4 * nvl, rel=1e-9)
+    e4 = est(Candidate(tp=2, cp=2), b, 4, h=slow)                       # TP*CP = 4 > 2 GPUs a node
+    core4 = layer_forward(TOY, s, tokens / 2, h=slow)["core"]
+    tp = 4 * tokens * 1024 * 2.0 * 0.5 / (1.0e9 * COLL)
+    nic = max(0.0, 3 * kv / (0.5e9 * COLL) - 3 * core4)
+    assert e4.terms["tp_cp"] == pytest.approx(4 * 4 * (tp + nic), rel=1e-9)
+
+
+def test_pipeline_sends_two_per_micro_batch_and_chunk_exposed_fully_without_vpp():
+    b = Batch(1024, 1, 8, force_balance=True)
+    msg = 1024 * 1024 * 2.0
+    plain = est(Candidate(pp=2), b, 2)                                  # one node: NVLink
+    assert plain.terms["pp_p2p"] == pytest.approx(2 * 8 * 1 * msg / 400e9 * 1.0)
+    inter = est(Candidate(pp=2, vpp=2), b, 16)                          # two nodes: the NIC, 3/4 hidden
+    assert inter.num_microbatches == 1
+    assert inter.terms["pp_p2p"] == pytest.approx(2 * 1 * 2 * msg / 50e9 * 0.25)
+    assert est(Candidate(), b, 1).terms["pp_p2p"] == 0
+
+
+def test_dp_traffic_by_hand_and_what_one_micro_batch_hides():
+    """Dense parameters (attention, router, shared, dense MLP: 1/PP of them, 1/TP; embedding 1/(TP*PP))
+    over DP, expert parameters (1/PP, 1/(EP*ETP)) over the expert-DP group: bf16 gradients
+    reduce-scattered and bf16 parameters all-gathered, at the NIC once the job spans nodes."""
+    p = parameters(TOY)
+    cand = Candidate(tp=2, pp=2, ep=2)
+    dense = (p["attention"] + p["dense_mlp"] + p["shared"] + p["router"]) / 2 / 2 + p["embedding"] / 2 / 2
+    experts = p["experts"] / 2 / 2
+    def ring(params, group, link):
+        return 2 * params * 2.0 * (group - 1) / group / (link * 1e9 * COLL)
+    # 8 GPUs (one node): DP = 8 / 4 = 2, expert DP = 8 / 4 = 2
+    t8 = ring(dense, 2, 400) + ring(experts, 2, 400)
+    assert steptime._dp_exposed(TOY, HW, cand, 8, 2, 0.0) == pytest.approx(t8)
+    assert steptime._dp_exposed(TOY, HW, cand, 8, 2, t8 / 4) == pytest.approx(t8 * 3 / 4)
+    assert steptime._dp_exposed(TOY, HW, cand, 8, 2, 2 * t8) == 0.0
+    # 32 GPUs (four nodes): DP 8, expert DP 8, at the NIC
+    t32 = ring(dense, 8, 50) + ring(experts, 8, 50)
+    assert steptime._dp_exposed(TOY, HW, cand, 32, 8, 0.0) == pytest.approx(t32)
+    # DP 1: only the expert parameters travel (EP 1 x PP 2 on 4 GPUs: expert DP 2)
+    c1 = Candidate(tp=2, pp=2)
+    assert steptime._dp_exposed(TOY, HW, c1, 4, 1, 0.0) == pytest.approx(ring(p["experts"] / 2, 2, 400))
+    # DP 8, expert DP 1 (EP 8): only the dense parameters travel
+    assert steptime._dp_exposed(TOY, HW, Candidate(ep=8), 8, 8, 0.0) == \
+        pytest.approx(ring(p["attention"] + p["router"] + p["embedding"], 8, 400))
+    # ETP 2 x EP 2 on 8 GPUs: expert DP 2; a dense first layer counts with the dense parameters
+    m = dict(TOY, first_k_dense=1, ffn_hidden_size=2048)
+    q = parameters(m)
+    assert q["dense_mlp"] > 0
+    dense_m = q["attention"] + q["dense_mlp"] + q["shared"] + q["router"] + q["embedding"]
+    assert steptime._dp_exposed(m, HW, Candidate(ep=2, etp=2), 8, 8, 0.0) == \
+        pytest.approx(ring(dense_m, 8, 400) + ring(q["experts"] / 4, 2, 400))
+
+
+def test_dp_term_in_the_estimate_is_the_exposed_share():
+    b = Batch(1024, 1, 2, force_balance=True)
+    e = est(Candidate(), b, 2)
+    per_mb = (e.step_s - e.terms["dp_exposed"] - e.terms.get("optimizer", 0.0)) / e.num_microbatches
+    assert e.terms["dp_exposed"] == pytest.approx(steptime._dp_exposed(TOY, HW, Candidate(), 2, 2, per_mb))
+
+
+# -- steptime: overlap and host ------------------------------------------------------------------------
+
+def test_overlap_hides_up_to_the_whole_all_to_all_and_charges_the_sms_it_takes():
+    """hidden = min(a2a, compute) * min(1, hide); slowdown = hidden * f / (1 - f), f = SMs / SM count."""
+    b = Batch(1024, 1, 16, force_balance=True)                          # PP 2 x VPP 2 on 8 GPUs: DP 4
+    for disp, sms in (("alltoall", 16), ("deepep", 20), ("hybridep", 32)):
+        e = est(Candidate(pp=2, vpp=2, ep=4, dispatcher=disp, overlap=True), b, 8, overlap_hide=0.5)
+        a2a, comp = e.terms["a2a_total"], e.terms["compute"]
+        hidden = min(a2a, comp) * 0.5
+        assert e.terms["a2a_exposed"] == pytest.approx(a2a - hidden)
+        f = sms / 100
+        assert e.terms["overlap_slowdown"] == pytest.approx(hidden * f / (1 - f))
+    over = est(Candidate(pp=2, vpp=2, ep=4, overlap=True, delay_wgrad=True), b, 8, overlap_hide=0.9,
+               delay_wgrad_hide=0.2)
+    assert over.terms["a2a_exposed"] == pytest.approx(max(0.0, over.terms["a2a_total"] - over.terms["compute"]))
+    own = est(Candidate(pp=2, vpp=2, ep=4, dispatcher="deepep", overlap=True, num_sms=60), b, 8, overlap_hide=0.5)
+    hidden = min(own.terms["a2a_total"], own.terms["compute"]) * 0.5
+    assert own.terms["overlap_slowdown"] == pytest.approx(hidden * 0.5 / 0.5)   # capped at half the SMs
+    # PP 1 overlaps as soon as two or more micro-batches are in flight (here four)
+    four = est(Candidate(ep=4, overlap=True), b, 4)
+    assert four.num_microbatches == 4 and four.terms["a2a_exposed"] < four.terms["a2a_total"]
+
+
+def gpu_time(e):
+    """The GPU's share of the steady state (s per micro-batch), from the terms."""
+    t = e.terms
+    return (t["compute"] + t["recompute"] + t["a2a_exposed"] + t["overlap_slowdown"] + t["tp_cp"]) / e.num_microbatches
+
+
+def test_graph_cuts_are_shares_of_the_host_time():
+    cut = steptime.GRAPH_CUT
+    assert cut["none"] == 0.0
+    assert 0.0 < cut["te_rp"] <= cut["te_arp"] < cut["full_iteration"] < 1.0
+
+
+@pytest.mark.parametrize("graphs", ["none", "te_rp", "te_arp", "full_iteration"])
+def test_host_time_is_a_smooth_max_with_the_gpu_cut_by_graphs(graphs):
+    """per micro-batch = (gpu^4 + host^4)^(1/4); host = layers x host_s_per_layer x (1 - graph cut)."""
+    cut = steptime.GRAPH_CUT[graphs]
+    b = Batch(1024, 1, 2, force_balance=True)
+    e = est(Candidate(graphs=graphs), b, 1, host_s_per_layer=1e-4)
+    gpu = gpu_time(e)
+    host = 4 * 1e-4 * (1 - cut)
+    per_mb = (gpu ** 4 + host ** 4) ** 0.25
+    assert e.terms["host_bound"] == pytest.approx(2 * (per_mb - gpu), rel=1e-6, abs=1e-12)
+
+
+def test_the_overlapped_schedule_launches_more():
+    b = Batch(1024, 1, 8, force_balance=True)
+    e = est(Candidate(ep=2, overlap=True), b, 2, host_s_per_layer=1e-4, overlap_host_factor=2.0)
+    host = 4 * 1e-4 * 2.0
+    assert e.terms["host_bound"] == pytest.approx(4 * ((gpu_time(e) ** 4 + host ** 4) ** 0.25 - gpu_time(e)), rel=1e-6)
+
+
+def test_without_grouped_gemm_the_host_launches_each_local_expert():
+    b = Batch(1024, 1, 4, force_balance=True, grouped_gemm=False)       # DP 2: two micro-batches
+    e = est(Candidate(ep=2), b, 2, host_s_per_layer=1e-4)
+    gpu = gpu_time(e)
+    host = 4 * (1e-4 + 5e-5 * 8 / 2)
+    assert e.terms["host_bound"] == pytest.approx(2 * ((gpu ** 4 + host ** 4) ** 0.25 - gpu), rel=1e-6)
+    grouped = est(Candidate(ep=2), Batch(1024, 1, 4, force_balance=True), 2, host_s_per_layer=1e-4)
+    host_g = 4 * 1e-4
+    assert grouped.terms["host_bound"] == pytest.approx(2 * ((gpu_time(grouped) ** 4 + host_g ** 4) ** 0.25
+                                                             - gpu_time(grouped)), rel=1e-6)
+
+
+def test_the_local_spec_multiplies_elementwise_and_launch_work():
+    b = Batch(1024, 1, 2, force_balance=True, te=False)
+    e = est(Candidate(), b, 1, host_s_per_layer=1e-4, local_spec_factor=3.0)
+    assert e.terms["host_bound"] == pytest.approx(2 * ((gpu_time(e) ** 4 + (4 * 3e-4) ** 4) ** 0.25 - gpu_time(e)),
+                                                  rel=1e-6)
+    e1 = est(Candidate(), b, 1, local_spec_factor=1.0)
+    e3 = est(Candidate(), b, 1, local_spec_factor=3.0)
+    elem = layer_forward(TOY, 1024, 1024)["elem"]
+    assert e3.terms["compute"] - e1.terms["compute"] == pytest.approx(2 * 4 * 3 * 2 * elem, rel=1e-9)
+
+
+# -- steptime: reporting -------------------------------------------------------------------------------
+
+def test_candidate_labels():
+    assert Candidate().label() == "TP1 PP1 EP1, alltoall, overlap off, recompute none, graphs none"
+    c = Candidate(tp=2, pp=4, vpp=2, ep=8, etp=2, cp=2, dispatcher="deepep", overlap=True, delay_wgrad=True,
+                  recompute=("selective", ("moe_act", "core_attn"), None, None), graphs="te_rp")
+    assert c.label() == ("TP2 PP4 VPP2 EP8 ETP2 CP2, deepep, overlap on + dW, recompute sel:moe_act,core_attn, "
+                         "graphs te_rp")
+    assert Candidate(recompute=("full", None, "uniform", 1)).label().endswith("recompute full, graphs none")
+
+
+def test_estimate_as_dict_rounds_each_figure():
+    e = StepEstimate(1.234567, {"compute": 0.123456}, 456.789, 1234.567, 1e18, 8)
+    assert e.as_dict() == {"step_time_s": 1.2346, "tflops_per_gpu": 456.8, "tokens_per_s_per_gpu": 1234.6,
+                           "num_microbatches": 8, "terms_s": {"compute": 0.1235}}
+
+
+# -- the search ----------------------------------------------------------------------------------------
+
+
+RECIPES = ROOT / "recipes"
+
+
+def ctx_of(path=FIXTURES / "rule_base.yaml", **sets):
+    """The planner's starting point for an intent: facts resolved, nothing decided yet."""
+    doc = load(str(path), overrides(sets))
+    return context(validate(doc), doc)
+
+
+def scored(step=1.0, mem=10.0, fits=True, cand=None, broken=None, terms=None):
+    e = StepEstimate(step, terms or {"compute": step}, 100.0, 1000.0, 1e15, 4)
+    return search.Scored(cand or Candidate(), e, {"total_gib": mem}, fits, None, broken)
+
+
+def test_divisors_include_the_number_itself():
+    assert search._divisors(8) == [1, 2, 4, 8]
+    assert search._divisors(1) == [1]
+    assert search._divisors(12) == [1, 2, 3, 4, 6, 12]
+
+
+def test_tp_may_be_a_multiple_of_the_kv_groups():
+    """TP divides the heads and either divides the KV groups or is a multiple of them (KV replicated)."""
+    ctx = ctx_of(**{"model.base": "qwen3-30b-a3b", "hardware.gpus_per_node": 8})   # 32 heads, 4 KV groups
+    assert ctx["num_query_groups"] == 4
+    assert sorted({lay.tp for lay in search.layouts_for(ctx, 8)}) == [1, 2, 4, 8]
+
+
+def test_pins_that_leave_no_legal_layout_are_kept_with_1_elsewhere():
+    ctx = ctx_of(**{"parallelism.tp": 3, "hardware.gpus_per_node": 8})
+    assert search.layouts_for(ctx, 8) == [search.Layout(3, 1, 1, 1, 1, 1)]
+    ctx = ctx_of(**{"parallelism.pp": 3, "hardware.gpus_per_node": 8})
+    assert search.layouts_for(ctx, 8) == [search.Layout(1, 3, 1, 1, 1, 1)]
+
+
+def test_vpp_options_need_two_units_per_chunk_and_stage():
+    """units = layers + embedding + loss (+ MTP); VPP v is offered while units >= 2 * PP * v."""
+    ctx = ctx_of(**{"model.num_layers": 13, "parallelism.pp": 2, "parallelism.ep": 1, "parallelism.tp": 1,
+                    "hardware.gpus_per_node": 8})
+    assert sorted({lay.vpp for lay in search.layouts_for(ctx, 8)}) == [1, 2, 3]          # 15 >= 12, 15 < 16
+    deep = ctx_of(**{"model.num_layers": 94, "parallelism.pp": 2, "parallelism.ep": 1, "parallelism.tp": 1,
+                     "hardware.gpus_per_node": 8})
+    assert sorted({lay.vpp for lay in search.layouts_for(deep, 8)}) == [1, 2, 3, 4, 6, 8, 12, 16]
+
+
+def test_the_memory_hot_path_is_the_full_estimate():
+    from mocompile import memory
+    ctx = ctx_of(RECIPES / "qwen3-30b-a3b-h100x16-hybridep.yaml")
+    sc = search.Scorer(ctx)
+    for cand in (Candidate(ep=4, dispatcher="hybridep"), Candidate(ep=2, etp=2, dispatcher="deepep", overlap=True),
+                 Candidate(pp=2, vpp=2, ep=8, recompute=("full", None, "uniform", 1), graphs="te_rp")):
+        assert sc.memory(cand) == memory.estimate(ctx.model, sc.config(cand)), cand
+    assert sc.count == 0
+    sc.score(Candidate(ep=4))
+    sc.score(Candidate(ep=8))
+    assert sc.count == 2
+
+
+def test_three_runners_up_and_never_the_anchor_twice(tmp_path):
+    path = tmp_path / "q30.yaml"
+    path.write_text("schema: 1\nmodel: qwen3-30b-a3b\nhardware: {gpu: h100, nodes: 2}\ngoal: throughput\n"
+                    "training: {seq_length: 4096, micro_batch_size: 1, global_batch_size: 1024}\n"
+                    "moe: {force_balance: true}\n")
+    res = search._search(ctx_of(path))
+    assert res.winner.anchor and len(res.runners_up) == 3
+    assert all(r.cand.label() != res.winner.cand.label() for r in res.runners_up)
+    free = search._search(ctx_of(path, **{"parallelism.ep": 8}))
+    assert len(free.runners_up) == 3
+    assert len(search._search(ctx_of(RECIPES / "tiny-moe-h100x2.yaml")).runners_up) == 3        # no anchor
+    kept = search._search(ctx_of(RECIPES / "qwen3-30b-a3b-h100x16-hybridep.yaml"))            # kept by the margin
+    assert kept.winner.anchor and all(r.cand.label() != kept.winner.cand.label() for r in kept.runners_up)
+
+
+def test_settings_of_a_candidate():
+    ctx = ctx_of(**{"versions.transformer_engine": "2.12.0", "hardware.gpus_per_node": 8})
+    s = search.settings(ctx, Candidate(tp=2, pp=2, vpp=2, ep=4, etp=2, graphs="te_rp"), 8)
+    assert s["sequence_parallel"] is True                                # TP > 1 with TE
+    assert s["hybridep_ranks_per_domain"] == 8                           # min(NVLink domain 8, ETP*EP 8)
+    assert s["overlap_p2p_comm"] is True and s["batch_p2p_comm"] is False
+    assert s["cuda_graph_impl"] == "transformer_engine"
+    assert s["data_parallel_size"] == 2 and s["expert_data_parallel_size"] == 1       # 8 // (TP*PP), 8 // (ETP*EP*PP)
+    assert s["virtual_pipeline_model_parallel_size"] == 2
+    assert s["cuda_graph_modules"] == ["moe_router", "moe_preprocess"]
+    arp = search.settings(ctx, Candidate(graphs="te_arp"), 8)
+    assert arp["cuda_graph_modules"] == ["attn", "moe_router", "moe_preprocess"]
+    assert arp["sequence_parallel"] is False                             # TP 1
+    full = search.settings(ctx, Candidate(ep=2, recompute=("full", None, "uniform", 1)), 8)
+    assert (full["recompute_granularity"], full["recompute_modules"], full["recompute_method"],
+            full["recompute_num_layers"]) == ("full", None, "uniform", 1)
+    assert full["expert_data_parallel_size"] == 4 and full["virtual_pipeline_model_parallel_size"] is None
+    plain = search.settings(ctx, Candidate(pp=2), 8)
+    assert plain["overlap_p2p_comm"] is False and plain["batch_p2p_comm"] is True
+    pinned = ctx_of(**{"versions.transformer_engine": "2.12.0", "hardware.gpus_per_node": 8,
+                       "parallelism.sequence_parallel": False})
+    assert search.settings(pinned, Candidate(tp=2), 8)["sequence_parallel"] is False
+
+
+def test_an_anchor_graph_scope_the_goal_does_not_offer_becomes_the_first_offered():
+    ctx = ctx_of(**{"versions.transformer_engine": "2.12.0", "goal": "throughput"})
+    assert search._graph_options(ctx) == ["te_rp", "none"]
+    a = {"tp": 1, "pp": 1, "vpp": 1, "ep": 2, "etp": 1, "cp": 1, "dispatcher": "alltoall", "overlap": False,
+         "delay_wgrad": False, "recompute": "none", "graphs": "full_iteration"}
+    assert search.anchor_candidate(ctx, a).graphs == "te_rp"
+
+
+def test_complexity_counts_each_feature():
+    assert search.complexity(Candidate()) == 0
+    assert search.complexity(Candidate(pp=2)) == 1
+    assert search.complexity(Candidate(tp=2, pp=2)) == 2
+    assert search.complexity(Candidate(tp=2, pp=2, vpp=2, cp=2, dispatcher="deepep", overlap=True,
+                                       delay_wgrad=True, graphs="te_rp")) == 8
+
+
+def test_throughput_ranks_by_step_times_a_simplicity_factor():
+    key = search._rank_key("throughput")
+    simple = scored(10.0)
+    busy = scored(9.99, cand=Candidate(tp=2))
+    assert key(busy) == (False, pytest.approx(9.99 * (1 + search.SIMPLICITY)))
+    assert sorted([busy, simple], key=key)[0] is simple                 # 0.1 % faster does not buy a feature
+    assert key(scored(1.0, fits=False))[0] is True
+
+
+def test_bring_up_ranks_fitting_plans_first_then_least_model_parallelism():
+    key = search._rank_key("bring-up")
+    fits = scored(5.0, cand=Candidate(tp=2))
+    unfit = scored(1.0, fits=False)
+    assert sorted([unfit, fits], key=key)[0] is fits
+    assert sorted([scored(5.0, cand=Candidate(tp=2)), scored(9.0)], key=key)[0].cand.tp == 1
+    assert sorted([scored(5.0, cand=Candidate(cp=2)), scored(9.0)], key=key)[0].cand.cp == 1
+
+
+def test_a_cached_verdict_reads_back_the_candidate_it_stored():
+    s = scored(cand=Candidate(ep=2, recompute=("full", None, "uniform", 1)))
+    back = search._from_json(search._to_json(s))
+    assert back.cand == s.cand and back.est == s.est and back.fits == s.fits
+    sel = scored(cand=Candidate(recompute=("selective", ("moe_act", "core_attn"), None, None)))
+    assert search._from_json(search._to_json(sel)).cand == sel.cand
+
+
+def test_the_smallest_gpu_count_that_fits_is_the_smallest(tmp_path):
+    """min_gpus_that_fit doubles whole nodes under the heaviest recompute: half of its answer must not fit."""
+    for sets in ({"model.base": "deepseek-v3"},                                  # weights dominate
+                 {"model.base": "qwen3-30b-a3b", "training.seq_length": 131072,   # activations dominate
+                  "training.micro_batch_size": 4}):
+        ctx = ctx_of(**sets, **{"hardware.gpus_per_node": 8, "goal": "fit"})
+        n = search.min_gpus_that_fit(ctx)
+        assert n is not None and n > 8
+        heaviest = search._rungs(ctx, False)[-1]
+        assert heaviest[0] == "full"
+
+        def fits_on(world):
+            sc = search.Scorer(ctx, world)
+            return any(sc.memory(Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, recompute=heaviest))
+                       ["total_gib"] <= sc.limit for lay in search.layouts_for(ctx, world))
+        assert fits_on(n) and not fits_on(n // 2), sets
+
+
+def test_at_most_three_excluded_plans_are_reported():
+    res = search._search(ctx_of(RECIPES / "qwen3-235b-a22b-gb200.yaml"))
+    assert len(res.excluded) == 3 and all(e.broken for e in res.excluded)
+
+
+def test_why_lost_names_broken_rules_memory_or_the_term_that_grew():
+    w = scored(1.0, terms={"compute": 0.8, "bubble": 0.2})
+    assert search.why_lost(scored(2.0, broken=["PAR001"]), w) == "breaks PAR001"
+    assert search.why_lost(scored(0.5, mem=90.0, fits=False), w) == "does not fit (90.0 GiB)"
+    slow = scored(1.5, terms={"compute": 0.9, "bubble": 0.6})
+    assert search.why_lost(slow, w) == "predicted +0.50 s/step (pipeline bubble +0.40 s)"
+    w2 = scored(1.0, terms={"compute": 0.5, "a2a_total": 0.5, "a2a_exposed": 0.5})
+    a2a = scored(1.3, terms={"compute": 0.5, "a2a_total": 2.0, "a2a_exposed": 0.8})
+    assert search.why_lost(a2a, w2) == "predicted +0.30 s/step (exposed all-to-all +0.30 s)"
+    faster = search.why_lost(scored(0.9, terms={"compute": 0.9}), w, margin=True)
+    assert re.fullmatch(r"predicted 0\.10 s faster, within the model's \d+% error of the shipped recipe, which is measured",
+                        faster), faster
+
+
+# -- decide: what the plan records ---------------------------------------------------------------------
+
+
+PART = "part of the chosen plan ("
+
+
+def plan_of(path, **sets):
+    r = analyse(str(path), overrides(sets))
+    assert not r.errors, [(d.rule, d.message) for d in r.errors]
+    return r.plan
+
+
+HEADLINE = ("schema: 1\nmodel: qwen3-30b-a3b\nhardware: {gpu: h100, nodes: 2}\ngoal: throughput\n"
+            "training: {seq_length: 4096, micro_batch_size: 1, global_batch_size: 1024}\nmoe: {force_balance: true}\n")
+
+
+def test_a_plan_that_beats_the_shipped_recipe_states_by_how_much(tmp_path, monkeypatch):
+    path = tmp_path / "q30.yaml"
+    path.write_text(HEADLINE)
+    monkeypatch.setattr(search, "trust_margin", lambda model=None: 0.0)
+    p = plan_of(path)
+    chosen, anchor = p.planner["chosen"]["step_time_s"], p.planner["anchor"]["step_time_s"]
+    assert "anchor" not in p.planner["chosen"] and anchor > chosen
+    why = p.settings["tensor_model_parallel_size"].reason
+    said = re.search(r"predicted ([0-9.]+) s/step faster than the shipped", why)
+    assert said and float(said.group(1)) == pytest.approx(anchor - chosen, abs=0.006)
+    own = re.search(r"\(([0-9.]+) s, slower\)$", why)                      # it fits and breaks nothing: just slower
+    assert own and float(own.group(1)) == pytest.approx(anchor, abs=0.006)
+    assert p["overlap_moe_expert_parallel_comm"] is True and p.settings["overlap_moe_expert_parallel_comm"].rules == []
+    assert p.settings["moe_shared_expert_overlap"].rules == ["OVL010"]              # off under EP overlap
+    assert p.planner["trust_margin"] == steptime.constants()["trust_margin"]        # decide's own margin
+    assert p.planner["anchor"]["broken"] == [] and p.planner["anchor"]["fits"] is True
+
+
+def test_a_shipped_recipe_the_pins_break_is_named_with_the_rules_it_breaks(tmp_path):
+    """PP 2 pinned: the anchor (EP overlap on, no VPP) with the pin breaks OVL005 and cannot be kept."""
+    path = tmp_path / "q30.yaml"
+    path.write_text(HEADLINE + "parallelism: {pp: 2}\n")
+    p = plan_of(path)
+    broken = p.planner["anchor"]["broken"]
+    assert broken and "anchor" not in p.planner["chosen"]
+    assert p.settings["tensor_model_parallel_size"].reason.endswith(f"s, breaks {', '.join(broken)})")
+
+
+def test_each_planner_field_gets_its_own_reason():
+    p = plan_of(RECIPES / "tiny-moe-h100x2.yaml")
+    why = {k: p.settings[k].reason for k in p.settings}
+    assert why["tensor_model_parallel_size"].startswith("fastest predicted plan: ")
+    for name in ("virtual_pipeline_model_parallel_size", "expert_model_parallel_size", "pipeline_model_parallel_size",
+                 "context_parallel_size", "delay_wgrad_compute", "expert_tensor_parallel_size"):
+        assert why[name].startswith(PART), name
+    usable = f"{80 * search.HEADROOM:.0f} GiB usable"
+    assert why["recompute_granularity"] == f"lightest recompute that fits: {p.memory['total_gib']:.1f} GiB <= {usable}"
+    assert p.settings["pipeline_model_parallel_layout"].rules == []
+    assert p["overlap_moe_expert_parallel_comm"] is False and p.settings["moe_shared_expert_overlap"].rules == []
+    assert why["pipeline_model_parallel_layout"] == "even split (or no pipeline)"
+    assert why["cuda_graph_impl"] == "no Transformer Engine in the target stack: no TE graphs"
+    assert why["overlap_moe_expert_parallel_comm"].startswith(PART)
+    te = plan_of(RECIPES / "qwen3-30b-a3b-h100x16-hybridep.yaml")
+    assert te["cuda_graph_impl"] == "transformer_engine"
+    assert te.settings["cuda_graph_impl"].reason.startswith(PART)
+    seen = set()
+    for plan in (p, te, plan_of(RECIPES / "gpt-oss-20b-h100x8-bringup.yaml")):      # bring-up: alltoall
+        sms = plan["moe_flex_dispatcher_num_sms"]
+        seen.add(sms is None)
+        assert plan.settings["moe_flex_dispatcher_num_sms"].reason == \
+            ("flex dispatcher SM budget used by the shipped perf recipes" if sms else "no flex dispatcher")
+    assert seen == {True, False}
+
+
+def test_goals_other_than_throughput_say_why_ep_overlap_is_off():
+    p = plan_of(RECIPES / "qwen3-30b-a3b-h100x8-fit.yaml")
+    assert p.settings["overlap_moe_expert_parallel_comm"].reason == \
+        "goal fit: no EP overlap (it keeps one more micro-batch of activations alive)"
+    b = plan_of(RECIPES / "gpt-oss-20b-h100x8-bringup.yaml")
+    assert b.settings["overlap_moe_expert_parallel_comm"].reason.startswith("goal bring-up: no EP overlap")
+
+
+def test_the_step_time_estimate_is_the_winners_to_four_decimals():
+    for recipe in ("tiny-moe-h100x2.yaml", "qwen3-30b-a3b-h100x8-fit.yaml"):
+        p = plan_of(RECIPES / recipe)
+        w = search._search(ctx_of(RECIPES / recipe)).winner
+        assert p["step_time_estimate_s"] == round(w.step, 4), recipe
+        assert p.planner["chosen"]["terms_s"] == {k: round(v, 3) for k, v in w.est.terms.items()}
+
+
+def test_a_derived_pipeline_layout_names_the_rules_it_satisfies():
+    p = plan_of(RECIPES / "qwen3-235b-a22b-h100-alltoall.yaml")
+    assert p["pipeline_model_parallel_layout"] and p.settings["pipeline_model_parallel_layout"].rules == ["PP002", "PP003"]
