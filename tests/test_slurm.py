@@ -34,9 +34,12 @@ def _directive(text: str, name: str) -> str | None:
 # fake runtime packages: just enough for the preflight's imports and version checks
 # --------------------------------------------------------------------------------------------------
 def fake_site(path: Path, torch: str | None = "2.11.0", te: str | None = "2.12.0",
-              deep_ep: tuple[str, ...] | None = ("Buffer", "HybridEPBuffer")) -> Path:
-    """A folder for PYTHONPATH with fake torch / transformer_engine / deep_ep packages. A package
-    given as None is made to fail its import, so that a real one elsewhere cannot hide the failure."""
+              deep_ep: tuple[str, ...] | None = ("Buffer", "HybridEPBuffer"), apex: bool = True,
+              emerging: str | None = "0.2.0") -> Path:
+    """A folder for PYTHONPATH with fake torch / transformer_engine / deep_ep packages, Apex's
+    fused_weight_gradient_mlp_cuda (RUN011) and an installed emerging-optimizers distribution (RUN012).
+    A package given as None/False is made to fail its import, so that a real one elsewhere cannot hide
+    the failure."""
     path.mkdir(parents=True, exist_ok=True)
 
     def pkg(name: str, body: str) -> None:
@@ -47,6 +50,13 @@ def fake_site(path: Path, torch: str | None = "2.11.0", te: str | None = "2.12.0
     pkg("torch", f"__version__ = {torch!r}\n" if torch else broken)
     pkg("transformer_engine", f"__version__ = {te!r}\n" if te else broken)
     pkg("deep_ep", "".join(f"class {c}:\n    pass\n" for c in deep_ep) if deep_ep is not None else broken)
+    pkg("fused_weight_gradient_mlp_cuda", "" if apex else broken)
+    if emerging is not None:  # preflight reads the distribution's version, then imports the Muon module
+        pkg("emerging_optimizers", "")
+        pkg("emerging_optimizers/orthogonalized_optimizers", "")
+        meta = path / f"emerging_optimizers-{emerging}.dist-info"
+        meta.mkdir(exist_ok=True)
+        (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: emerging-optimizers\nVersion: {emerging}\n")
     return path
 
 

@@ -52,6 +52,8 @@ NOT_IN_POST_INIT = {
     "PP005": "interleaved schedule (pipeline_parallel/schedules.py) checks micro-batches at run time",
     "PREC002": "MXFP8/NVFP4 need Blackwell: Transformer Engine checks the device at run time",
     "PREC003": "FP8 needs sm89+: Transformer Engine checks the device at run time",
+    "OPT001": "Muon with fp16 is refused by the optimizer builder (optimizer/__init__.py), not the config",
+    "OPT002": "Muon's modules (optimizer/muon.py) are absent before megatron-core 0.16: an import, not a config check",
 }
 # Warnings are compared separately (Megatron-Core warns, it does not raise).
 WARNING_RULES = {r.id for r in rules() if r.upstream == "mcore" and r.severity == "warning"}
