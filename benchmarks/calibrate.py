@@ -196,8 +196,14 @@ def nelder_mead(f, x0: list[float], steps: int = 600, scale: float = 0.3) -> lis
 
 
 BOUNDS = {"gemm_efficiency": (0.2, 0.9), "blackwell_efficiency": (0.4, 1.2), "blackwell_ultra_gain": (1.0, 1.17), "fp8_quant_bytes": (0.0, 40.0), "nccl_a2a_efficiency": (0.05, 1.0),
-          "overlap_hide": (0.0, 1.0), "natural_imbalance": (1.0, 3.0), "fp8_gain": (1.0, 2.0),
+          "overlap_hide": (0.0, 1.0), "natural_imbalance": (1.0, 1.8), "fp8_gain": (1.0, 2.0),
           "overlap_host_factor": (1.0, 4.0), "host_s_per_expert": (0.0, 0.005), "lent_host_factor": (1.0, 10.0), "overlap_sync_s": (0.0, 0.002), "delay_wgrad_host": (0.0, 3.0), "local_spec_factor": (1.0, 20.0), "deepep_efficiency": (0.3, 1.0), "hybridep_efficiency": (0.3, 1.0)}
+
+
+# natural_imbalance <= 1.8: the busiest of the EP ranks under aux-loss-balanced top-k routing (each rank
+# aggregating several experts) carries well under twice the mean load (memory.py assumes 1.2). Since the
+# project's natural-routing grids are host-bound, only q30-h100x16-natural pins it: left out (leave-one-out)
+# the fit would otherwise run it to any bound (3.0 gave that row +82 %).
 
 
 def fit(rows: list[dict[str, Any]], base: dict[str, float], names: list[str], steps: int = 600) -> dict[str, float]:

@@ -21,15 +21,16 @@ ATTN_SCORE_BYTES = 2.5       # unfused attention keeps the bf16 softmax output (
 OVERLAP_EXTRA = 0.15         # extra micro-batches alive under EP overlap without pipelining
 # Transformer Engine's activation bytes relative to the per-token counts above (fused attention, fused
 # permute, TE cross-entropy): fitted on this project's six measured TE peaks (4x H100, TE 2.12, mid model,
-# benchmarks/results/te-h100x4-2026-11-26: peak allocated 33.0-39.2 GiB, all within -8.3 %..-0.9 % with
-# 0.95) and the published TE peak, Qwen3-30B-A3B 16xH100 EP16 HybridEP + EP overlap, 62.2 GiB (perf-recipes.md
-# §5, compared with total_gib: now +12 %, 69.6 GiB, of which 6.0 GiB graph buffers by the term below; whether
-# that figure is allocated, reserved or nvidia-smi memory is not published). Was 0.8 from the Qwen peak
+# benchmarks/results/te-h100x4-2026-11-26: peak allocated 33.0-39.2 GiB, within -7.4 %..+0.2 %
+# with the unfused weight-gradient term; the FP8 bytes below keep every shipped Bridge FP8/FP4 recipe fitting,
+# plan_quality) and the published TE peak, Qwen3-30B-A3B 16xH100 EP16 HybridEP + EP overlap, 62.2 GiB (perf-recipes.md
+# §5, compared with total_gib: +12 %, 69.6 GiB, 6.0 of it graph buffers by the term below; whether that
+# figure is allocated, reserved or nvidia-smi memory is not published). Was 0.8 from the Qwen peak
 # alone, which left every measured TE peak 4-15 % under.
 TE_ACTIVATION_FACTOR = 0.95
 # CUDA graphs keep their captured buffers in PyTorch's allocator (so they count in peak allocated): TE
 # scoped graphs hold static inputs and outputs of every graphed scope and their gradients, per layer and per
-# micro-batch in flight (4 hidden-sized bf16 tensors per token per scope); measured +2.0 GiB for
+# micro-batch running at once (4 hidden-sized bf16 tensors per token per scope); measured +2.0 GiB for
 # moe_router + moe_preprocess on the TE grid (16 layers, 4096 tokens, hidden 2048, EP overlap: 2 in flight),
 # which this gives (2.0 GiB); full-iteration graphs can raise peak memory 1.5-2x (Bridge
 # skills/nemo-mbridge-perf-cuda-graphs, docs/training/cuda-graphs.md).
@@ -120,6 +121,18 @@ def estimate(m: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
     s, b = c["seq_length"], c["micro_batch_size"]
     tokens = s * b / (tp * cp)
     per_layer = _act_bytes_per_token(m, c, modules, full) * tokens
+    if c.get("transformer_impl") == "transformer_engine" and (c.get("fp8") or c.get("fp4")) and not full:
+        # FP8/FP4 recipes: TE keeps the GEMM inputs it needs for the weight gradient in the low-precision
+        # (column-wise) copy it already made, 1 byte (FP4: ~0.5) instead of 2 per element: the QKV and output
+        # projection inputs and, per routed token, the expert fc1 and fc2 inputs.
+        saved = 0.75 if c.get("fp4") else 0.5
+        imbalance = 1.0 if c.get("moe_router_force_load_balancing") else ROUTING_IMBALANCE
+        q = m["num_attention_heads"] * m["kv_channels"]
+        gemm_in = 2 * m["hidden_size"] + 2 * q
+        if "moe" not in modules:
+            gemm_in += m["moe_router_topk"] * imbalance * 2 * (m["hidden_size"] + m["moe_ffn_hidden_size"]) \
+                * (m["num_layers"] - m.get("first_k_dense", 0)) / m["num_layers"]
+        per_layer -= saved * gemm_in * tokens
     if c.get("transformer_impl") == "local" and not ("core_attn" in modules or full):
         per_layer += ATTN_SCORE_BYTES * m["num_attention_heads"] / tp * (s / cp) ** 2 * b  # unfused softmax
     m_total = max(1, c["global_batch_size"] // max(1, b * dp))
@@ -157,9 +170,20 @@ def estimate(m: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
     elif impl != "none":
         scopes = c.get("cuda_graph_modules") or c.get("cuda_graph_scope") or ["moe_router", "moe_preprocess"]
         n_scopes = (1 if any(str(s).startswith("moe") for s in scopes) else 0) + (1 if "attn" in scopes else 0)
-        sets = max(1, math.ceil(in_flight - 1e-9))  # EP overlap: two micro-batches' graphs are live
+        # a replay overwrites the graph's static buffers, so micro-batches waiting in the pipeline share them;
+        # EP overlap interleaves two micro-batches layer by layer, which needs two graph instances
+        sets = 2 if c.get("overlap_moe_expert_parallel_comm") else 1
         graphs = GRAPH_IO_TENSORS * max(1, n_scopes) * layers_rank * sets * tokens * m["hidden_size"] * 2.0
-    allocated = weights + acts + logits + graphs
+    unfused_wgrad = 0.0
+    if c.get("gradient_accumulation_fusion") is False:
+        # Without the fused wgrad-into-main_grad GEMMs (they need Apex), each weight gradient is a separate bf16
+        # tensor until it is added to the gradient buffer: one layer's local weights at a time during backward,
+        # with the output layer's at its start (no Apex on the TE grid: 0.3 GiB of its 36.7 GiB peak).
+        n_moe = max(1, m["num_layers"] - m.get("first_k_dense", 0))
+        layer = (p["attention"] / m["num_layers"] + (p["shared"] + p["router"]) / n_moe) / tp \
+            + p["experts"] / n_moe / (ep * etp)
+        unfused_wgrad = 2.0 * (layer + p["embedding"] / 2 / tp)
+    allocated = weights + acts + logits + graphs + unfused_wgrad
     total = allocated + buffers + WORKSPACE_GIB * GIB
     return {
         # Peak of PyTorch's allocator (comparable to torch.cuda.max_memory_allocated).

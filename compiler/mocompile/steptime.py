@@ -19,7 +19,14 @@ Terms, per GPU of the slowest pipeline stage, summed over the step:
   bubble       (PP - 1) / VPP micro-batch slots of the pipeline fill and drain
   tp/cp/pp/dp  collectives: TP/SP all-gather + reduce-scatter, CP ring exchange, PP sends, the DP
                gradient reduce-scatter and parameter all-gather beyond what one micro-batch hides
-  host         per-layer launch and synchronisation overhead of dropless MoE, cut by CUDA graphs
+  host         CPU time per layer and micro-batch: a fixed part (cut by CUDA graphs over its scopes) and a part
+               per local expert (TE grouped-GEMM experts; delayed wgrad adds to it), times the host's speed
+               (hardware ``host_factor``: 1 for the DGX-class nodes of the published rows; the project's lent VM
+               hosts are ``lent_host_factor`` slower); a micro-batch takes the smooth max of GPU and host time
+  optimizer    the Adam step as HBM passes over the parameter state this GPU holds (dense over DP, experts over
+               expert-DP): weighs in steps of few micro-batches
+  overlap      (above) also: only (mb - 1) / mb of the all-to-all can hide with PP 1, and every MoE layer of every
+               micro-batch pays the overlapped schedule's cross-stream waits (``overlap_sync_s``)
 Natural routing loads the busiest expert rank above the mean (expert compute and all-to-all);
 forced balancing removes that.
 """

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-ep8-mid-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:09febb6e8afc69d1 input sha256:f169acdc8876deaf
+# mocompile: checksum sha256:09d1cfed42ae94f1 input sha256:f169acdc8876deaf
 """bench-ep8-mid-auto: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 8x NVIDIA H100 80GB HBM3, goal throughput.
@@ -125,7 +125,7 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 2048  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.43 s/step, 127 TFLOPS/GPU, 29.2 GiB (of 141 candidates scored)
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.43 s/step, 127 TFLOPS/GPU, 29.4 GiB (of 141 candidates scored)
     model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.43 s/step; see tensor_model_parallel_size)
     model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.43 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
@@ -137,10 +137,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = False  # derived: grouped GEMM experts need Transformer Engine
-    model.recompute_granularity = None  # goal: lightest recompute that fits: 29.2 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 29.2 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 29.2 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 29.2 GiB <= 74 GiB usable
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 29.4 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 29.4 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 29.4 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 29.4 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack: no TE graphs
     model.cuda_graph_modules = []  # goal: part of the chosen plan (0.43 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs

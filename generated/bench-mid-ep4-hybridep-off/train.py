@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-mid-ep4-hybridep-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:5aa2e09bbcb056cb input sha256:82201e51c15e294e
+# mocompile: checksum sha256:d03ad45b7afd2c5a input sha256:82201e51c15e294e
 """bench-mid-ep4-hybridep-off: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -138,9 +138,9 @@ def build_config() -> ConfigContainer:
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = False  # derived: grouped GEMM experts need Transformer Engine
     model.recompute_granularity = None  # user: pinned in the recipe
-    model.recompute_method = None  # goal: lightest recompute that fits: 40.6 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 40.6 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 40.6 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 41.0 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 41.0 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 41.0 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack: no TE graphs
     model.cuda_graph_modules = []  # goal: part of the chosen plan (0.46 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-mid-pp2-vpp2-ep2-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:c45aabffbeb127f7 input sha256:f62948ffabe4f378
+# mocompile: checksum sha256:b1c53a4bc9f2e37f input sha256:f62948ffabe4f378
 """bench-mid-pp2-vpp2-ep2-off: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -139,9 +139,9 @@ def build_config() -> ConfigContainer:
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = False  # derived: grouped GEMM experts need Transformer Engine
     model.recompute_granularity = None  # user: pinned in the recipe
-    model.recompute_method = None  # goal: lightest recompute that fits: 42.3 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 42.3 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 42.3 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 42.9 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 42.9 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 42.9 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack: no TE graphs
     model.cuda_graph_modules = []  # goal: part of the chosen plan (0.64 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:a8d7674fe5a8e494 input sha256:6a221383763c9498
+# mocompile: checksum sha256:2043daa2550decab input sha256:6a221383763c9498
 """bench-te-mid-auto: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -115,7 +115,7 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 2048  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.32 s/step, 169 TFLOPS/GPU, 36.2 GiB (of 299 candidates scored)
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.32 s/step, 169 TFLOPS/GPU, 36.5 GiB (of 299 candidates scored)
     model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.32 s/step; see tensor_model_parallel_size)
     model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.32 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
@@ -127,10 +127,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = True  # user: pinned in the recipe
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = None  # goal: lightest recompute that fits: 36.2 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 36.2 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 36.2 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 36.2 GiB <= 74 GiB usable
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 36.5 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 36.5 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 36.5 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 36.5 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (0.32 s/step; see tensor_model_parallel_size); no graphs: +0.00 s
     model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: part of the chosen plan (0.32 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker

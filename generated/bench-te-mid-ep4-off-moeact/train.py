@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-off-moeact.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:bada948c0174362e input sha256:8525f251c754f7bd
+# mocompile: checksum sha256:c7a5f911ef0d8ee6 input sha256:8525f251c754f7bd
 """bench-te-mid-ep4-off-moeact: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -129,8 +129,8 @@ def build_config() -> ConfigContainer:
     model.moe_router_force_load_balancing = True  # user: pinned in the recipe
     model.moe_grouped_gemm = True  # user: pinned in the recipe
     model.recompute_granularity = 'selective'  # user: pinned in the recipe
-    model.recompute_method = None  # goal: lightest recompute that fits: 33.2 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 33.2 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 33.6 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 33.6 GiB <= 74 GiB usable
     model.recompute_modules = ['moe_act']  # user: pinned in the recipe
     model.cuda_graph_impl = 'none'  # user: pinned in the recipe
     model.cuda_graph_modules = []  # goal: part of the chosen plan (0.35 s/step; see tensor_model_parallel_size)

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:6e0afe2df44d1163 input sha256:68875edd504137b3
+# mocompile: checksum sha256:edcdd1400705b40f input sha256:68875edd504137b3
 """bench-te-mid-ep4-off: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -129,9 +129,9 @@ def build_config() -> ConfigContainer:
     model.moe_router_force_load_balancing = True  # user: pinned in the recipe
     model.moe_grouped_gemm = True  # user: pinned in the recipe
     model.recompute_granularity = None  # user: pinned in the recipe
-    model.recompute_method = None  # goal: lightest recompute that fits: 34.2 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 34.2 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 34.2 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 34.5 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 34.5 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 34.5 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'none'  # user: pinned in the recipe
     model.cuda_graph_modules = []  # goal: part of the chosen plan (0.34 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs

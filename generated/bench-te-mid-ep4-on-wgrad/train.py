@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-on-wgrad.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:49e48e5df34ef492 input sha256:53080e6b1441358e
+# mocompile: checksum sha256:68cd5a4ff529bffe input sha256:53080e6b1441358e
 """bench-te-mid-ep4-on-wgrad: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -129,9 +129,9 @@ def build_config() -> ConfigContainer:
     model.moe_router_force_load_balancing = True  # user: pinned in the recipe
     model.moe_grouped_gemm = True  # user: pinned in the recipe
     model.recompute_granularity = None  # user: pinned in the recipe
-    model.recompute_method = None  # goal: lightest recompute that fits: 35.2 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 35.2 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 35.2 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 35.5 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 35.5 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 35.5 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'none'  # user: pinned in the recipe
     model.cuda_graph_modules = []  # goal: part of the chosen plan (0.37 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs

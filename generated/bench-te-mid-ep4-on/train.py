@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-on.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:7d62bf3f22b1a67e input sha256:3ff95b2e73ad037f
+# mocompile: checksum sha256:476ac9bdd6fc2d1a input sha256:3ff95b2e73ad037f
 """bench-te-mid-ep4-on: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -129,9 +129,9 @@ def build_config() -> ConfigContainer:
     model.moe_router_force_load_balancing = True  # user: pinned in the recipe
     model.moe_grouped_gemm = True  # user: pinned in the recipe
     model.recompute_granularity = None  # user: pinned in the recipe
-    model.recompute_method = None  # goal: lightest recompute that fits: 35.2 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 35.2 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 35.2 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 35.5 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 35.5 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 35.5 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'none'  # user: pinned in the recipe
     model.cuda_graph_modules = []  # goal: part of the chosen plan (0.35 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-tiny-flex-deepep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:bc389b8601da843d input sha256:bfbdfd11a5284d08
+# mocompile: checksum sha256:28fdd695025657ad input sha256:bfbdfd11a5284d08
 """bench-tiny-flex-deepep: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 2x NVIDIA H100 80GB HBM3, goal throughput.
@@ -137,10 +137,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default [OVL010]
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = False  # derived: grouped GEMM experts need Transformer Engine
-    model.recompute_granularity = None  # goal: lightest recompute that fits: 10.5 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 10.5 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 10.5 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 10.5 GiB <= 74 GiB usable
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 10.6 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 10.6 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 10.6 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 10.6 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack: no TE graphs
     model.cuda_graph_modules = []  # goal: part of the chosen plan (0.29 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs

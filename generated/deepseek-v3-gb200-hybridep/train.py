@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-gb200-hybridep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:d7b7e5b2751590ed input sha256:b34c535796c50058
+# mocompile: checksum sha256:97d23121fcd63c29 input sha256:b34c535796c50058
 """deepseek-v3-gb200-hybridep: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 DeepSeek-V3 (671B-A37B) on 256x NVIDIA GB200 NVL72, goal throughput.
@@ -92,10 +92,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default [OVL010]
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = 'selective'  # goal: lightest recompute that fits: 180.2 GiB <= 171 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 180.2 GiB <= 171 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 180.2 GiB <= 171 GiB usable
-    model.recompute_modules = ['mla_up_proj']  # goal: lightest recompute that fits: 180.2 GiB <= 171 GiB usable
+    model.recompute_granularity = 'selective'  # goal: lightest recompute that fits: 166.2 GiB <= 171 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 166.2 GiB <= 171 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 166.2 GiB <= 171 GiB usable
+    model.recompute_modules = ['mla_up_proj']  # goal: lightest recompute that fits: 166.2 GiB <= 171 GiB usable
     model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (25.54 s/step; see tensor_model_parallel_size); no graphs: +0.00 s
     model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: part of the chosen plan (25.54 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-235b-a22b-gb200.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:936fadd14f3eb5fa input sha256:c862d18dba0b3c94
+# mocompile: checksum sha256:8979f77d87266379 input sha256:c862d18dba0b3c94
 """qwen3-235b-a22b-gb200: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-235B-A22B on 128x NVIDIA GB200 NVL72, goal throughput.
@@ -80,7 +80,7 @@ def build_config() -> ConfigContainer:
     cfg.tokenizer, cfg.logger, cfg.checkpoint = tokenizer, logger, checkpoint
     model = cfg.model
     model.seq_length = 4096  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 18.36 s/step, 530 TFLOPS/GPU, 137.8 GiB (of 552 candidates scored); the tuned recipe Bridge ships (qwen3_235b_a22b_pretrain_64gpu_gb200_bf16_config)
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 18.36 s/step, 530 TFLOPS/GPU, 127.3 GiB (of 552 candidates scored); the tuned recipe Bridge ships (qwen3_235b_a22b_pretrain_64gpu_gb200_bf16_config)
     model.pipeline_model_parallel_size = 8  # goal: part of the chosen plan (18.36 s/step; see tensor_model_parallel_size)
     model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (18.36 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = 'Ettttttttttt|(tttttttttttt|)*6tttttttttttL'  # derived: balanced layout: embedding and loss counted as a layer each [PP002, PP003]
@@ -92,10 +92,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = None  # goal: lightest recompute that fits: 137.8 GiB <= 171 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 137.8 GiB <= 171 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 137.8 GiB <= 171 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 137.8 GiB <= 171 GiB usable
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 127.3 GiB <= 171 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 127.3 GiB <= 171 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 127.3 GiB <= 171 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 127.3 GiB <= 171 GiB usable
     model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (18.36 s/step; see tensor_model_parallel_size); no graphs: +0.04 s
     model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: part of the chosen plan (18.36 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker
