@@ -74,8 +74,10 @@ def test_check_passes_then_names_hand_edit_and_stale_recipe(tmp_path):
     recipe.write_text(recipe.read_text().replace("train_iters: 30", "train_iters: 31"))
     stale = run_cli("check", cwd=proj)
     assert stale.returncode == 1
-    assert "train.py: stale" in stale.stdout and "mocompile compile recipes/tiny-moe-h100x2.yaml" in stale.stdout
-    fixed = run_cli("compile", "recipes/tiny-moe-h100x2.yaml", cwd=proj)
+    assert "train.py: stale" in stale.stdout and "recipes/tiny-moe-h100x2.yaml" in stale.stdout
+    # a recipe that extends the changed one is stale too, and named in the fix command
+    assert "recipes/tiny-moe-muon-h100x2.yaml" in stale.stdout
+    fixed = run_cli("compile", "recipes/tiny-moe-h100x2.yaml", "recipes/tiny-moe-muon-h100x2.yaml", cwd=proj)
     assert fixed.returncode == 0
     assert run_cli("check", cwd=proj).returncode == 0
 
