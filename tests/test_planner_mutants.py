@@ -671,3 +671,63 @@ def test_the_step_time_estimate_is_the_winners_to_four_decimals():
 def test_a_derived_pipeline_layout_names_the_rules_it_satisfies():
     p = plan_of(RECIPES / "qwen3-235b-a22b-h100-alltoall.yaml")
     assert p["pipeline_model_parallel_layout"] and p.settings["pipeline_model_parallel_layout"].rules == ["PP002", "PP003"]
+
+
+# -- stage 1: one stand-in candidate per layout (search.py _frugal_knob / _stand_in) -------------------
+
+
+def test_the_frugal_knob_drops_overlap_first_then_graphs_then_prefers_alltoall():
+    """Least memory first: EP overlap keeps a second micro-batch live, graphs hold static buffers, and the
+    flex dispatchers allocate their own buffers; min() keeps the first of equals, so order matters here."""
+    assert search._frugal_knob([("deepep", False, False, "te_rp"), ("deepep", False, False, "none")]) \
+        == ("deepep", False, False, "none")
+    assert search._frugal_knob([("alltoall", True, False, "none"), ("deepep", False, False, "te_rp")]) \
+        == ("deepep", False, False, "te_rp")
+    assert search._frugal_knob([("deepep", False, False, "none"), ("alltoall", False, False, "none")]) \
+        == ("alltoall", False, False, "none")
+
+
+def test_a_layout_keeps_its_default_knobs_when_they_fit_and_goes_frugal_only_when_they_do_not():
+    ctx = ctx_of(RECIPES / "qwen3-30b-a3b-h100x16-hybridep.yaml")
+    sc = search.Scorer(ctx)
+    rungs = {ov: search._rungs(ctx, ov) for ov in (False, True)}
+    frugal = ("alltoall", False, False, "none")
+    default = Candidate(ep=16, dispatcher="hybridep", overlap=True, graphs="te_rp")
+    kept = search._stand_in(sc, default, frugal, rungs)
+    assert sc.memory(kept)["total_gib"] <= sc.limit
+    assert (kept.dispatcher, kept.overlap, kept.graphs) == ("hybridep", True, "te_rp")
+    # the same layout on a GPU just big enough for the frugal knobs, and too small for the default ones at
+    # every recompute rung: the frugal knobs are tried, and fit
+    sc.limit = sc.memory(search._stand_in(sc, replace_cand(default, **dict(zip(
+        ("dispatcher", "overlap", "delay_wgrad", "graphs"), frugal))), frugal, rungs))["total_gib"]
+    frugal_cand = search._stand_in(sc, default, frugal, rungs)
+    assert (frugal_cand.dispatcher, frugal_cand.overlap, frugal_cand.graphs) == ("alltoall", False, "none")
+    assert sc.memory(frugal_cand)["total_gib"] <= sc.limit
+
+
+def replace_cand(cand: Candidate, **changes) -> Candidate:
+    from dataclasses import replace
+    return replace(cand, **changes)
+
+
+def test_the_gain_over_the_shipped_recipe_is_a_difference_even_when_it_is_large(tmp_path, monkeypatch):
+    """'predicted X s/step faster' is shipped minus chosen. With the shipped recipe under 2x the winner's
+    time, shipped % chosen reads the same; here the shipped recipe is predicted 3x slower (the one case
+    where a modulo would say 0.00)."""
+    from dataclasses import replace
+    from mocompile.resolve import decide
+    path = tmp_path / "q30.yaml"
+    path.write_text(HEADLINE)
+    monkeypatch.setattr(search, "trust_margin", lambda model=None: 0.0)
+    real = decide.search
+
+    def slow_anchor(ctx):
+        res = real(ctx)
+        res.anchor = replace(res.anchor, est=replace(res.anchor.est, step_s=3 * res.winner.step))
+        return res
+    monkeypatch.setattr(decide, "search", slow_anchor)
+    p = plan_of(path)
+    chosen = p.planner["chosen"]["step_time_s"]
+    said = re.search(r"predicted ([0-9.]+) s/step faster than the shipped",
+                     p.settings["tensor_model_parallel_size"].reason)
+    assert said and float(said.group(1)) == pytest.approx(2 * chosen, abs=0.006)

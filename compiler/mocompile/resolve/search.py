@@ -370,6 +370,22 @@ def _default_knob(ctx: Context, knobs: list[tuple[str, bool, bool, str]], group:
     return min(knobs, key=pref)
 
 
+def _frugal_knob(knobs: list[tuple[str, bool, bool, str]]) -> tuple[str, bool, bool, str]:
+    """The knob setting that needs the least memory: no EP overlap, no CUDA graphs, alltoall if offered."""
+    return min(knobs, key=lambda k: (k[1], k[3] != "none", k[0] != "alltoall"))
+
+
+def _stand_in(sc: "Scorer", cand: Candidate, frugal: tuple[str, bool, bool, str],
+              rungs_by_ov: dict[bool, list[Rung]]) -> Candidate:
+    """A layout's stage-1 representative: its default knobs at the lightest fitting recompute rung, or,
+    only when that does not fit, the frugal knobs at theirs (which may still not fit)."""
+    cand = sc.lightest_fitting(cand, rungs_by_ov[cand.overlap])
+    if sc.memory(cand)["total_gib"] > sc.limit:
+        cand = sc.lightest_fitting(replace(cand, dispatcher=frugal[0], overlap=frugal[1], delay_wgrad=frugal[2],
+                                           graphs=frugal[3], recompute=(None,) * 4), rungs_by_ov[frugal[1]])
+    return cand
+
+
 def match_anchor(ctx: Context) -> dict[str, Any] | None:
     """The shipped perf recipe for this model, GPU, precision and optimizer whose layout divides the GPU count."""
     model_id, gpu, prec, world = ctx.model.get("id"), ctx["gpu"], ctx["precision"], ctx["world_size"]
@@ -513,14 +529,11 @@ def _search(ctx: Context) -> SearchResult:
     # The step model runs only on layouts that fit; the others are scored only if none fits.
     first: list[Scored] = []
     unfit: list[Candidate] = []
-    frugal = min(knobs, key=lambda k: (k[1], k[3] != "none", k[0] != "alltoall"))
+    frugal = _frugal_knob(knobs)
     for lay in layouts_for(ctx, sc.world):
         disp, ov, dw, graphs = _default_knob(ctx, knobs, lay.ep * lay.etp)
-        cand = Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, disp, ov, dw, (None,) * 4, graphs)
-        cand = sc.lightest_fitting(cand, rungs_by_ov[ov])
-        if sc.memory(cand)["total_gib"] > sc.limit:  # may still fit with frugal knobs: no overlap, no graphs
-            cand = sc.lightest_fitting(replace(cand, dispatcher=frugal[0], overlap=frugal[1], delay_wgrad=frugal[2],
-                                               graphs=frugal[3], recompute=(None,) * 4), rungs_by_ov[frugal[1]])
+        cand = _stand_in(sc, Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, disp, ov, dw, (None,) * 4,
+                                       graphs), frugal, rungs_by_ov)
         if sc.memory(cand)["total_gib"] > sc.limit:
             unfit.append(cand)
             continue
