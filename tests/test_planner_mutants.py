@@ -7,6 +7,7 @@ back from generated/.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -698,23 +699,17 @@ def test_a_layout_keeps_its_default_knobs_when_they_fit_and_goes_frugal_only_whe
     assert (kept.dispatcher, kept.overlap, kept.graphs) == ("hybridep", True, "te_rp")
     # the same layout on a GPU just big enough for the frugal knobs, and too small for the default ones at
     # every recompute rung: the frugal knobs are tried, and fit
-    sc.limit = sc.memory(search._stand_in(sc, replace_cand(default, **dict(zip(
-        ("dispatcher", "overlap", "delay_wgrad", "graphs"), frugal))), frugal, rungs))["total_gib"]
+    frugal_default = replace(default, dispatcher=frugal[0], overlap=frugal[1], delay_wgrad=frugal[2], graphs=frugal[3])
+    sc.limit = sc.memory(search._stand_in(sc, frugal_default, frugal, rungs))["total_gib"]
     frugal_cand = search._stand_in(sc, default, frugal, rungs)
     assert (frugal_cand.dispatcher, frugal_cand.overlap, frugal_cand.graphs) == ("alltoall", False, "none")
     assert sc.memory(frugal_cand)["total_gib"] <= sc.limit
-
-
-def replace_cand(cand: Candidate, **changes) -> Candidate:
-    from dataclasses import replace
-    return replace(cand, **changes)
 
 
 def test_the_gain_over_the_shipped_recipe_is_a_difference_even_when_it_is_large(tmp_path, monkeypatch):
     """'predicted X s/step faster' is shipped minus chosen. With the shipped recipe under 2x the winner's
     time, shipped % chosen reads the same; here the shipped recipe is predicted 3x slower (the one case
     where a modulo would say 0.00)."""
-    from dataclasses import replace
     from mocompile.resolve import decide
     path = tmp_path / "q30.yaml"
     path.write_text(HEADLINE)

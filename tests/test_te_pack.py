@@ -54,7 +54,7 @@ def _two_fatbins() -> bytearray:
 
 def test_every_entry_is_found_and_entries_tile_each_fatbin():
     elf = _two_fatbins()
-    found = [(kind, arch, size) for _, _, size, kind, arch in te_pack.fatbin_entries(elf)]
+    found = [(kind, arch, size) for _, _, size, kind, arch, _ in te_pack.fatbin_entries(elf)]
     assert found == [(1, 80, 24), (2, 80, 40), (2, 90, 32), (1, 90, 16), (2, 90, 8), (2, 100, 48)]
 
 

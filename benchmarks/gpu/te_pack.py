@@ -29,7 +29,6 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from base64 import urlsafe_b64encode
 from pathlib import Path
 
 FATBIN_MAGIC = 0xBA55ED50
@@ -52,15 +51,8 @@ def _sections(elf: bytes | bytearray) -> dict[str, tuple[int, int]]:
     return out
 
 
-_FATBIN_OF: dict[int, int] = {}
-
-
-def _fatbin_start(elf: bytes | bytearray, entry: int) -> int:
-    return _FATBIN_OF[entry]
-
-
 def fatbin_entries(elf: bytes | bytearray):
-    """Yield (entry_offset, header_size, payload_size, kind, arch) for every fatbin entry.
+    """Yield (entry_offset, header_size, payload_size, kind, arch, fatbin_offset) for every fatbin entry.
 
     Layout (CUDA fatbin, as read by cuobjdump): each fatbin starts with a 16-byte header
     (magic 0xBA55ED50, version u16, header size u16, payload size u64) followed by entries whose
@@ -78,8 +70,7 @@ def fatbin_entries(elf: bytes | bytearray):
         while e < fend:
             kind, _v, ehsize, psize = struct.unpack_from("<HHIQ", elf, e)
             arch = struct.unpack_from("<I", elf, e + 28)[0]
-            _FATBIN_OF[e] = pos
-            yield e, ehsize, psize, kind, arch
+            yield e, ehsize, psize, kind, arch, pos
             e += ehsize + psize
         if e != fend:
             raise ValueError(f"fatbin at {pos}: entries end at {e}, header says {fend}")
@@ -94,9 +85,8 @@ def keep_only_arch(elf: bytearray, archs: set[int], keep_ptx: bool = False) -> d
     """
     kept = zeroed = entries = kept_entries = 0
     fatbins: dict[int, set[int]] = {}
-    for e, ehsize, psize, kind, arch in list(fatbin_entries(elf)):
+    for e, ehsize, psize, kind, arch, fatbin in list(fatbin_entries(elf)):
         entries += 1
-        fatbin = _fatbin_start(elf, e)
         if kind == 2:
             fatbins.setdefault(fatbin, set()).add(arch)
         else:
@@ -113,10 +103,6 @@ def keep_only_arch(elf: bytearray, archs: set[int], keep_ptx: bool = False) -> d
                          "refusing to strip (use --keep-ptx)")
     return {"entries": entries, "kept_entries": kept_entries, "kept_bytes": kept, "zeroed_bytes": zeroed,
             "fatbins": len(fatbins)}
-
-
-def _record_hash(data: bytes) -> str:
-    return "sha256=" + urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
 def wheel_without(src: Path, dst: Path, member: str) -> bytes:

@@ -120,7 +120,7 @@ def requirements(plan: Plan) -> dict[str, Any]:
                     if k in ("CUDA_DEVICE_MAX_CONNECTIONS", "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", "USE_MNNVL")}
     return {"torch": torch_min, "transformer_engine": te_min, "dispatch_import": dispatch, "env": required_env,
             "needs_nvcc": backend == "hybridep",
-            "needs_apex": bool(plan["te_version"] is not None and plan["gradient_accumulation_fusion"]),
+            "needs_apex": bool(plan["gradient_accumulation_fusion"]),  # on only with TE and Apex (parallelism.py)
             # Megatron-Core 0.16+ builds Muon from emerging-optimizers >= 0.2 (optimizer/__init__.py)
             **({"emerging_optimizers": "0.2.0"} if plan.get("optimizer") == "muon" else {})}
 
