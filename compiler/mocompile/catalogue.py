@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import functools
 import os
 from typing import Any
@@ -60,6 +59,7 @@ def resolve_model(intent: dict[str, Any], doc: Document) -> dict[str, Any]:
     catalogue = models()
     if isinstance(spec, str):
         if spec not in catalogue:
+            import difflib  # only for an unknown model
             close = difflib.get_close_matches(spec, list(catalogue), n=1, cutoff=0.5)
             hint = f"did you mean `{close[0]}`?" if close else f"known models: {', '.join(sorted(catalogue))}"
             raise InputError([Diagnostic("SCHEMA", "error", f"unknown model `{spec}`",
@@ -69,6 +69,7 @@ def resolve_model(intent: dict[str, Any], doc: Document) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     if base_id is not None:
         if base_id not in catalogue:
+            import difflib
             close = difflib.get_close_matches(base_id, list(catalogue), n=1, cutoff=0.5)
             raise InputError([Diagnostic("SCHEMA", "error", f"unknown base model `{base_id}`",
                                          doc.position(("model", "base")),

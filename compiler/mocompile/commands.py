@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
+import types
 from typing import TYPE_CHECKING
 
 from mocompile import formats
@@ -15,6 +15,8 @@ from mocompile.ir import Diagnostic, Position
 from mocompile.project import load_settings
 
 if TYPE_CHECKING:
+    import argparse
+
     from mocompile.pipeline import Result
 
 # The pipeline (YAML loader, cerberus, planner) is imported only where a verb needs it: a `lint` whose
@@ -210,8 +212,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     try:
         r = analyse(target, args.sets, args.unsets)
     except InputError as exc:
-        emit_diagnostics(argparse.Namespace(format="text" if args.format == "auto" else args.format,
-                                            verb="lint", no_color=True), exc.diagnostics)
+        emit_diagnostics(types.SimpleNamespace(format="text" if args.format == "auto" else args.format,
+                                               verb="lint", no_color=True), exc.diagnostics)
         return EXIT_INPUT
     plan = r.plan
     assert plan is not None

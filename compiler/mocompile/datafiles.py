@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from typing import Any
 
 from mocompile import __version__
@@ -58,3 +59,30 @@ def load_yaml(path: str) -> Any:
     if cache:
         write_json_atomic(cache, data)
     return data
+
+
+def _content_entry(kind: str, raw: bytes) -> str:
+    import binascii  # small: no hashlib (OpenSSL) needed to name an entry
+    return os.path.join(cache_dir(), f"{kind}-{binascii.crc32(raw):08x}-{len(raw)}.json")
+
+
+def parsed(kind: str, raw: bytes) -> Any:
+    """What ``remember`` stored for exactly these bytes (the entry holds them: a CRC collision or an edit
+    reads nothing), or None."""
+    try:
+        with open(_content_entry(kind, raw), encoding="utf-8") as fh:
+            entry = json.load(fh)
+        if entry["python"] == list(sys.version_info[:2]) and entry["text"] == raw.decode("utf-8"):
+            return entry["data"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def remember(kind: str, raw: bytes, data: Any) -> None:
+    """Store the parse of ``raw`` (as JSON; data JSON cannot hold is not stored)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return
+    write_json_atomic(_content_entry(kind, raw), {"python": list(sys.version_info[:2]), "text": text, "data": data})

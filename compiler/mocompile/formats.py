@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.parse
 from typing import Any
 
 from mocompile import __version__
@@ -50,6 +49,8 @@ def github(diags: list[Diagnostic]) -> str:
 
 def _uri(path: str) -> str:
     """SARIF wants URI references: relative paths percent-encoded, absolute ones as file: URIs."""
+    import urllib.parse  # only SARIF needs it: not imported by every lint
+
     posix = path.replace(os.sep, "/")
     return "file://" + urllib.parse.quote(posix) if os.path.isabs(path) else urllib.parse.quote(posix)
 

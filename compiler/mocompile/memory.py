@@ -63,7 +63,8 @@ def parameters(m: dict[str, Any]) -> dict[str, float]:
             "experts": experts, "embedding": embed}
 
 
-def _act_bytes_per_token(m: dict[str, Any], c: dict[str, Any], modules: list[str], full: bool) -> float:
+def _act_bytes_per_token(m: dict[str, Any], force_balance: Any, modules: list[str] | tuple[str, ...],
+                         full: bool) -> float:
     """Bytes kept for backward per local token per layer (averaged over dense/MoE layers)."""
     h = m["hidden_size"]
     if full:
@@ -76,7 +77,7 @@ def _act_bytes_per_token(m: dict[str, Any], c: dict[str, Any], modules: list[str
     if "layernorm" in modules:
         attn -= 4 * h
     topk = m["moe_router_topk"]
-    imbalance = 1.0 if c.get("moe_router_force_load_balancing") else ROUTING_IMBALANCE
+    imbalance = 1.0 if force_balance else ROUTING_IMBALANCE
     per_routed = 2 * h + 6 * m["moe_ffn_hidden_size"]
     if "moe_act" in modules:
         per_routed -= 2 * m["moe_ffn_hidden_size"]
@@ -94,107 +95,208 @@ def _act_bytes_per_token(m: dict[str, Any], c: dict[str, Any], modules: list[str
 
 def estimate(m: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
     """Estimate peak allocated bytes per GPU for flat settings ``c``; GiB figures."""
-    tp, pp, cp = c["tensor_model_parallel_size"], c["pipeline_model_parallel_size"], c["context_parallel_size"]
-    ep, etp = c["expert_model_parallel_size"], c["expert_tensor_parallel_size"]
-    vpp = c.get("virtual_pipeline_model_parallel_size") or 1
-    world = c["world_size"]
-    dp = max(1, world // (tp * pp * cp))
-    edp = max(1, world // (ep * etp * pp))
-    p = parameters(m)
-    layers_rank = math.ceil(m["num_layers"] / pp)
-    share = layers_rank / m["num_layers"]
-    dense = (p["attention"] + p["dense_mlp"] + p["shared"]) * share / tp + p["router"] * share
-    dense += p["embedding"] / 2 / tp if pp > 1 else p["embedding"] / tp
-    experts = p["experts"] * share / (ep * etp)
-    # bf16 parameter + gradient buffer (fp32 unless gradients are reduced in bf16, as Bridge's perf recipes
-    # do: Megatron's DDP keeps the buffer in the reduce dtype) + fp32 master and Adam moments, sharded over DP.
-    grad = 4 if c.get("grad_reduce_in_fp32", True) else 2
-    # optimizer state per parameter (Adam 12 B, Muon 8 B + Adam on embeddings): optimizer_state.py
-    opt, emb = c.get("optimizer", "adam"), (p["embedding"] / 2 / tp if pp > 1 else p["embedding"] / tp)
-    bytes_dense = 2 + grad + state_bytes_per_param(opt, dp, emb / dense if dense else 0.0)
-    bytes_expert = 2 + grad + state_bytes_per_param(opt, edp)
-    weights = dense * bytes_dense + experts * bytes_expert
+    return Estimator(m, c).of(c)
 
-    granularity = c.get("recompute_granularity")
-    modules = list(c.get("recompute_modules") or []) if granularity == "selective" else []
-    full = granularity == "full"
-    s, b = c["seq_length"], c["micro_batch_size"]
-    tokens = s * b / (tp * cp)
-    per_layer = _act_bytes_per_token(m, c, modules, full) * tokens
-    if c.get("transformer_impl") == "transformer_engine" and (c.get("fp8") or c.get("fp4")) and not full:
-        # FP8/FP4 recipes: TE keeps the GEMM inputs it needs for the weight gradient in the low-precision
-        # (column-wise) copy it already made, 1 byte (FP4: ~0.5) instead of 2 per element: the QKV and output
-        # projection inputs and, per routed token, the expert fc1 and fc2 inputs.
-        saved = 0.75 if c.get("fp4") else 0.5
-        imbalance = 1.0 if c.get("moe_router_force_load_balancing") else ROUTING_IMBALANCE
-        q = m["num_attention_heads"] * m["kv_channels"]
-        gemm_in = 2 * m["hidden_size"] + 2 * q
-        if "moe" not in modules:
-            gemm_in += m["moe_router_topk"] * imbalance * 2 * (m["hidden_size"] + m["moe_ffn_hidden_size"]) \
-                * (m["num_layers"] - m.get("first_k_dense", 0)) / m["num_layers"]
-        per_layer -= saved * gemm_in * tokens
-    if c.get("transformer_impl") == "local" and not ("core_attn" in modules or full):
-        per_layer += ATTN_SCORE_BYTES * m["num_attention_heads"] / tp * (s / cp) ** 2 * b  # unfused softmax
-    m_total = max(1, c["global_batch_size"] // max(1, b * dp))
-    in_flight = min(pp, m_total) if pp > 1 else 1
-    if vpp > 1:
-        in_flight *= 1 + (pp - 1) / (pp * vpp)
-    if c.get("overlap_moe_expert_parallel_comm"):
-        # Combined 1F1B frees micro-batch i layer by layer while i+1 allocates: measured +8% peak
-        # on 2xH100 (gpu-host.md), i.e. ~0.15 of a micro-batch; interleaving adds a warm-up one.
-        in_flight += OVERLAP_EXTRA if pp == 1 else 1 / vpp
-    acts_first = per_layer * layers_rank * in_flight
-    if full:  # one layer is rematerialised at a time
-        acts_first += _act_bytes_per_token(m, c, [], False) * tokens
-    logits = s * b * m["vocab_size"] * 4 * 2 / (tp * cp)  # fp32 logits and their gradient, last stage
-    # The first stage holds PP micro-batches in flight; the last holds one, plus the logits.
-    acts_last = acts_first / in_flight * (1 + OVERLAP_EXTRA if c.get("overlap_moe_expert_parallel_comm") else 1) \
-        if pp > 1 else acts_first
-    acts, logits = (acts_first, 0.0) if acts_first >= acts_last + logits and pp > 1 else (acts_last, logits)
 
-    backend = c.get("moe_flex_dispatcher_backend") if c.get("moe_token_dispatcher_type") == "flex" else None
-    buffers = 0.0
-    if backend == "deepep":
-        buffers = 1.0 * GIB + (1.0 * GIB if ep * etp > c.get("nvlink_domain", 8) else 0.0)
-    elif backend == "hybridep":
-        ranks = c.get("hybridep_ranks_per_domain") or ep * etp
-        domains = max(1, (ep * etp) // ranks)
-        max_tokens = s * b * ranks * domains
-        buffers = max_tokens * m["hidden_size"] * 2 + max_tokens * (m["num_moe_experts"] // ep) * 4
-    if c.get("transformer_impl") == "transformer_engine":
-        acts, logits = acts * TE_ACTIVATION_FACTOR, logits * TE_ACTIVATION_FACTOR
-    impl = c.get("cuda_graph_impl") or "none"
-    graphs = 0.0
-    if impl == "full_iteration":
-        graphs = FULL_ITERATION_GRAPH_FACTOR * acts
-    elif impl != "none":
-        scopes = c.get("cuda_graph_modules") or c.get("cuda_graph_scope") or ["moe_router", "moe_preprocess"]
-        n_scopes = (1 if any(str(s).startswith("moe") for s in scopes) else 0) + (1 if "attn" in scopes else 0)
-        # a replay overwrites the graph's static buffers, so micro-batches waiting in the pipeline share them;
-        # EP overlap interleaves two micro-batches layer by layer, which needs two graph instances
-        sets = 2 if c.get("overlap_moe_expert_parallel_comm") else 1
-        graphs = GRAPH_IO_TENSORS * max(1, n_scopes) * layers_rank * sets * tokens * m["hidden_size"] * 2.0
-    unfused_wgrad = 0.0
-    if c.get("gradient_accumulation_fusion") is False:
-        # Without the fused wgrad-into-main_grad GEMMs (they need Apex), each weight gradient is a separate bf16
-        # tensor until it is added to the gradient buffer: one layer's local weights at a time during backward,
-        # with the output layer's at its start (no Apex on the TE grid: 0.3 GiB of its 36.7 GiB peak).
-        n_moe = max(1, m["num_layers"] - m.get("first_k_dense", 0))
-        layer = (p["attention"] / m["num_layers"] + (p["shared"] + p["router"]) / n_moe) / tp \
-            + p["experts"] / n_moe / (ep * etp)
-        unfused_wgrad = 2.0 * (layer + p["embedding"] / 2 / tp)
-    allocated = weights + acts + logits + graphs + unfused_wgrad
-    total = allocated + buffers + WORKSPACE_GIB * GIB
-    return {
-        # Peak of PyTorch's allocator (comparable to torch.cuda.max_memory_allocated).
-        "estimate_gib": round(allocated / GIB, 2),
-        # What the GPU must hold: plus dispatcher buffers (DeepEP/HybridEP allocate their own) and NCCL.
-        "total_gib": round(total / GIB, 2),
-        "weights_and_optimizer_gib": round(weights / GIB, 2),
-        "activations_gib": round(acts / GIB, 2),
-        "logits_gib": round(logits / GIB, 2),
-        "dispatcher_buffers_gib": round(buffers / GIB, 2),
-        "graph_buffers_gib": round(graphs / GIB, 2),
-        "params_per_gpu_m": round((dense + experts) / 1e6, 1),
-        "in_flight_microbatches": round(in_flight, 2),
-    }
+class Estimator:
+    """``estimate`` for one model and the settings a plan search does not vary (world size, batch shape,
+    precision, optimizer, gradient dtype, layer spec, CUDA-graph scopes), taken from ``c``.
+
+    The planner asks for thousands of candidates that differ in a few knobs, and most terms depend on
+    few of them, so each part is computed once per the knobs it reads: weights and optimizer state per
+    (TP, PP, CP, EP, ETP); activations and logits per (TP, PP, VPP, CP, recompute, EP overlap); the
+    dispatcher and CUDA-graph buffers per call. It is ``estimate``'s own arithmetic in its own order
+    (``estimate`` runs through it), so the figures are the same to the bit."""
+
+    def __init__(self, m: dict[str, Any], c: dict[str, Any]):
+        self.m = m
+        self.p = parameters(m)
+        self.world = c["world_size"]
+        # bf16 parameter + gradient buffer (fp32 unless gradients are reduced in bf16, as Bridge's perf recipes
+        # do: Megatron's DDP keeps the buffer in the reduce dtype) + fp32 master and Adam moments, sharded over DP.
+        self.grad = 4 if c.get("grad_reduce_in_fp32", True) else 2
+        # optimizer state per parameter (Adam 12 B, Muon 8 B + Adam on embeddings): optimizer_state.py
+        self.opt = c.get("optimizer", "adam")
+        self.seq, self.mbs, self.gbs = c["seq_length"], c["micro_batch_size"], c["global_batch_size"]
+        self.force_balance = c.get("moe_router_force_load_balancing")
+        self.impl = c.get("transformer_impl")
+        self.fp8, self.fp4 = c.get("fp8"), c.get("fp4")
+        self.nvlink_domain = c.get("nvlink_domain", 8)
+        self.graph_scopes = c.get("cuda_graph_modules") or c.get("cuda_graph_scope") or ["moe_router", "moe_preprocess"]
+        self.unfused = c.get("gradient_accumulation_fusion") is False
+        self._weights: dict[tuple[int, ...], tuple[Any, ...]] = {}
+        self._acts: dict[tuple[Any, ...], tuple[float, ...]] = {}
+        self._per_token: dict[tuple[Any, ...], float] = {}
+        self._n_scopes: int | None = None
+
+    def of(self, c: dict[str, Any]) -> dict[str, Any]:
+        """The estimate for the candidate fields of ``c`` (layout, recompute, overlap, dispatcher, graphs)."""
+        granularity = c.get("recompute_granularity")
+        backend = c.get("moe_flex_dispatcher_backend") if c.get("moe_token_dispatcher_type") == "flex" else None
+        return self.estimate(c["tensor_model_parallel_size"], c["pipeline_model_parallel_size"],
+                             c.get("virtual_pipeline_model_parallel_size") or 1, c["expert_model_parallel_size"],
+                             c["expert_tensor_parallel_size"], c["context_parallel_size"], granularity,
+                             tuple(c.get("recompute_modules") or ()) if granularity == "selective" else (),
+                             bool(c.get("overlap_moe_expert_parallel_comm")), backend,
+                             c.get("hybridep_ranks_per_domain"), c.get("cuda_graph_impl") or "none")
+
+    def _weights_of(self, tp: int, pp: int, cp: int, ep: int, etp: int) -> tuple[Any, ...]:
+        key = (tp, pp, cp, ep, etp)
+        hit = self._weights.get(key)
+        if hit is not None:
+            return hit
+        m, p, world = self.m, self.p, self.world
+        dp = max(1, world // (tp * pp * cp))
+        edp = max(1, world // (ep * etp * pp))
+        layers_rank = math.ceil(m["num_layers"] / pp)
+        share = layers_rank / m["num_layers"]
+        dense = (p["attention"] + p["dense_mlp"] + p["shared"]) * share / tp + p["router"] * share
+        dense += p["embedding"] / 2 / tp if pp > 1 else p["embedding"] / tp
+        experts = p["experts"] * share / (ep * etp)
+        grad = self.grad
+        opt, emb = self.opt, (p["embedding"] / 2 / tp if pp > 1 else p["embedding"] / tp)
+        bytes_dense = 2 + grad + state_bytes_per_param(opt, dp, emb / dense if dense else 0.0)
+        bytes_expert = 2 + grad + state_bytes_per_param(opt, edp)
+        weights = dense * bytes_dense + experts * bytes_expert
+        unfused_wgrad = 0.0
+        if self.unfused:
+            # Without the fused wgrad-into-main_grad GEMMs (they need Apex), each weight gradient is a separate bf16
+            # tensor until it is added to the gradient buffer: one layer's local weights at a time during backward,
+            # with the output layer's at its start (no Apex on the TE grid: 0.3 GiB of its 36.7 GiB peak).
+            n_moe = max(1, m["num_layers"] - m.get("first_k_dense", 0))
+            layer = (p["attention"] / m["num_layers"] + (p["shared"] + p["router"]) / n_moe) / tp \
+                + p["experts"] / n_moe / (ep * etp)
+            unfused_wgrad = 2.0 * (layer + p["embedding"] / 2 / tp)
+        hit = self._weights[key] = (dp, layers_rank, dense, experts, weights, unfused_wgrad)
+        return hit
+
+    def _bytes_per_token(self, modules: tuple[str, ...], full: bool) -> float:
+        key = (modules, full)
+        hit = self._per_token.get(key)
+        if hit is None:
+            hit = self._per_token[key] = _act_bytes_per_token(self.m, self.force_balance, modules, full)
+        return hit
+
+    def _acts_of(self, tp: int, pp: int, vpp: int, cp: int, dp: int, layers_rank: int, granularity: Any,
+                 modules: tuple[str, ...], overlap: bool) -> tuple[float, ...]:
+        key = (tp, pp, vpp, cp, granularity, modules, overlap)   # dp and layers_rank follow from these
+        hit = self._acts.get(key)
+        if hit is not None:
+            return hit
+        m = self.m
+        full = granularity == "full"
+        s, b = self.seq, self.mbs
+        tokens = s * b / (tp * cp)
+        per_layer = self._bytes_per_token(modules, full) * tokens
+        if self.impl == "transformer_engine" and (self.fp8 or self.fp4) and not full:
+            # FP8/FP4 recipes: TE keeps the GEMM inputs it needs for the weight gradient in the low-precision
+            # (column-wise) copy it already made, 1 byte (FP4: ~0.5) instead of 2 per element: the QKV and output
+            # projection inputs and, per routed token, the expert fc1 and fc2 inputs.
+            saved = 0.75 if self.fp4 else 0.5
+            imbalance = 1.0 if self.force_balance else ROUTING_IMBALANCE
+            q = m["num_attention_heads"] * m["kv_channels"]
+            gemm_in = 2 * m["hidden_size"] + 2 * q
+            if "moe" not in modules:
+                gemm_in += m["moe_router_topk"] * imbalance * 2 * (m["hidden_size"] + m["moe_ffn_hidden_size"]) \
+                    * (m["num_layers"] - m.get("first_k_dense", 0)) / m["num_layers"]
+            per_layer -= saved * gemm_in * tokens
+        if self.impl == "local" and not ("core_attn" in modules or full):
+            per_layer += ATTN_SCORE_BYTES * m["num_attention_heads"] / tp * (s / cp) ** 2 * b  # unfused softmax
+        m_total = max(1, self.gbs // max(1, b * dp))
+        in_flight = min(pp, m_total) if pp > 1 else 1
+        if vpp > 1:
+            in_flight *= 1 + (pp - 1) / (pp * vpp)
+        if overlap:
+            # Combined 1F1B frees micro-batch i layer by layer while i+1 allocates: measured +8% peak
+            # on 2xH100 (gpu-host.md), i.e. ~0.15 of a micro-batch; interleaving adds a warm-up one.
+            in_flight += OVERLAP_EXTRA if pp == 1 else 1 / vpp
+        acts_first = per_layer * layers_rank * in_flight
+        if full:  # one layer is rematerialised at a time
+            acts_first += self._bytes_per_token((), False) * tokens
+        logits = s * b * m["vocab_size"] * 4 * 2 / (tp * cp)  # fp32 logits and their gradient, last stage
+        # The first stage holds PP micro-batches in flight; the last holds one, plus the logits.
+        acts_last = acts_first / in_flight * (1 + OVERLAP_EXTRA if overlap else 1) \
+            if pp > 1 else acts_first
+        acts, logits = (acts_first, 0.0) if acts_first >= acts_last + logits and pp > 1 else (acts_last, logits)
+        if self.impl == "transformer_engine":
+            acts, logits = acts * TE_ACTIVATION_FACTOR, logits * TE_ACTIVATION_FACTOR
+        hit = self._acts[key] = (tokens, in_flight, acts, logits)
+        return hit
+
+    def _buffers(self, ep: int, etp: int, backend: str | None, ranks: int | None) -> float:
+        """Dispatcher buffers (DeepEP and HybridEP allocate their own, outside PyTorch's allocator)."""
+        m = self.m
+        buffers = 0.0
+        if backend == "deepep":
+            buffers = 1.0 * GIB + (1.0 * GIB if ep * etp > self.nvlink_domain else 0.0)
+        elif backend == "hybridep":
+            ranks = ranks or ep * etp
+            domains = max(1, (ep * etp) // ranks)
+            max_tokens = self.seq * self.mbs * ranks * domains
+            buffers = max_tokens * m["hidden_size"] * 2 + max_tokens * (m["num_moe_experts"] // ep) * 4
+        return buffers
+
+    def _graphs(self, graph_impl: str, acts: float, layers_rank: int, overlap: bool, tokens: float) -> float:
+        """CUDA-graph buffers (in PyTorch's allocator)."""
+        graphs = 0.0
+        if graph_impl == "full_iteration":
+            graphs = FULL_ITERATION_GRAPH_FACTOR * acts
+        elif graph_impl != "none":
+            if self._n_scopes is None:
+                scopes = self.graph_scopes
+                self._n_scopes = (1 if any(str(s).startswith("moe") for s in scopes) else 0) + \
+                    (1 if "attn" in scopes else 0)
+            # a replay overwrites the graph's static buffers, so micro-batches waiting in the pipeline share them;
+            # EP overlap interleaves two micro-batches layer by layer, which needs two graph instances
+            sets = 2 if overlap else 1
+            graphs = GRAPH_IO_TENSORS * max(1, self._n_scopes) * layers_rank * sets * tokens * self.m["hidden_size"] * 2.0
+        return graphs
+
+    def _parts(self, tp: int, pp: int, vpp: int, ep: int, etp: int, cp: int, granularity: Any,
+               modules: tuple[str, ...], overlap: bool, backend: str | None, ranks: int | None,
+               graph_impl: str) -> tuple[float, ...]:
+        dp, layers_rank, dense, experts, weights, unfused_wgrad = self._weights_of(tp, pp, cp, ep, etp)
+        tokens, in_flight, acts, logits = self._acts_of(tp, pp, vpp, cp, dp, layers_rank, granularity, modules,
+                                                        overlap)
+        buffers = self._buffers(ep, etp, backend, ranks)
+        graphs = self._graphs(graph_impl, acts, layers_rank, overlap, tokens)
+        allocated = weights + acts + logits + graphs + unfused_wgrad
+        total = allocated + buffers + WORKSPACE_GIB * GIB
+        return allocated, total, weights, acts, logits, buffers, graphs, dense, experts, in_flight
+
+    def knobs(self, tp: int, pp: int, vpp: int, ep: int, etp: int, cp: int, overlap: bool, backend: str | None,
+              ranks: int | None, graph_impl: str) -> tuple[Any, ...]:
+        """What ``total_gib`` needs of a candidate but its recompute rung: its weights and dispatcher buffers
+        are the same at every rung."""
+        dp, layers_rank, _, _, weights, unfused_wgrad = self._weights_of(tp, pp, cp, ep, etp)
+        return (tp, pp, vpp, cp, dp, layers_rank, weights, unfused_wgrad, self._buffers(ep, etp, backend, ranks),
+                overlap, graph_impl)
+
+    def total_gib(self, knobs: tuple[Any, ...], granularity: Any, modules: tuple[str, ...]) -> float:
+        """``estimate(...)["total_gib"]`` (what a fit test reads) of ``knobs`` at one recompute rung."""
+        tp, pp, vpp, cp, dp, layers_rank, weights, unfused_wgrad, buffers, overlap, graph_impl = knobs
+        tokens, _, acts, logits = self._acts_of(tp, pp, vpp, cp, dp, layers_rank, granularity, modules, overlap)
+        graphs = self._graphs(graph_impl, acts, layers_rank, overlap, tokens)
+        allocated = weights + acts + logits + graphs + unfused_wgrad  # as in _parts, term by term
+        return round((allocated + buffers + WORKSPACE_GIB * GIB) / GIB, 2)
+
+    def estimate(self, tp: int, pp: int, vpp: int, ep: int, etp: int, cp: int, granularity: Any,
+                 modules: tuple[str, ...], overlap: bool, backend: str | None, ranks: int | None,
+                 graph_impl: str) -> dict[str, Any]:
+        """The estimate of one candidate: ``modules`` only for selective recompute, ``backend`` only for the
+        flex dispatcher, ``ranks`` HybridEP's ranks per domain (None: the EP group)."""
+        allocated, total, weights, acts, logits, buffers, graphs, dense, experts, in_flight = self._parts(
+            tp, pp, vpp, ep, etp, cp, granularity, modules, overlap, backend, ranks, graph_impl)
+        return {
+            # Peak of PyTorch's allocator (comparable to torch.cuda.max_memory_allocated).
+            "estimate_gib": round(allocated / GIB, 2),
+            # What the GPU must hold: plus dispatcher buffers (DeepEP/HybridEP allocate their own) and NCCL.
+            "total_gib": round(total / GIB, 2),
+            "weights_and_optimizer_gib": round(weights / GIB, 2),
+            "activations_gib": round(acts / GIB, 2),
+            "logits_gib": round(logits / GIB, 2),
+            "dispatcher_buffers_gib": round(buffers / GIB, 2),
+            "graph_buffers_gib": round(graphs / GIB, 2),
+            "params_per_gpu_m": round((dense + experts) / 1e6, 1),
+            "in_flight_microbatches": round(in_flight, 2),
+        }

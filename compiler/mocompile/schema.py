@@ -8,7 +8,6 @@ values, a did-you-mean.
 from __future__ import annotations
 
 import copy
-import difflib
 import functools
 import math
 import os
@@ -148,6 +147,8 @@ def _leaves(errs: list[cerr.ValidationError]) -> list[cerr.ValidationError]:
 
 
 def _suggest(word: str, options: list[str]) -> str:
+    import difflib  # only for a misspelt key or value: not imported by every lint
+
     close = difflib.get_close_matches(str(word), [str(o) for o in options], n=1, cutoff=0.6)
     return f"did you mean `{close[0]}`?" if close else ""
 

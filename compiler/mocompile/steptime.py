@@ -293,148 +293,200 @@ def _recompute_share(cand: Candidate, f: dict[str, float], m: dict[str, Any]) ->
 def estimate(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, batch: Batch,
              world: int, c: dict[str, float] | None = None) -> StepEstimate:
     """Predicted time of one iteration for ``cand`` on ``world`` GPUs."""
-    c = constants() if c is None else c
-    s, b = batch.seq_length, batch.micro_batch_size
-    dp = max(1, world // (cand.tp * cand.pp * cand.cp))
-    mb = max(1, batch.global_batch_size // max(1, b * dp))
-    f = _per_token(_model_key(m), s)
-    n_moe, n_dense, mtp = _layers(m)
-    fp8 = batch.precision in FP8_PRECISIONS
-    peak = hw["bf16_dense_tflops"] * 1e12 * (c["fp8_gain"] if fp8 else 1.0)
-    if hw.get("arch") == "blackwell":
-        peak *= c["blackwell_efficiency"]
-        if _cc(hw) == "10.3":  # Blackwell Ultra (B300/GB300)
-            peak *= c["blackwell_ultra_gain"]
-    imbalance = 1.0 if batch.force_balance else c["natural_imbalance"]
+    return StepModel(m, hw, batch, world, c).estimate(cand)
 
-    tokens = s * b / cand.cp                      # tokens of one micro-batch on this CP rank
-    per_rank = tokens / cand.tp                   # after the SP split: what the GPU computes / dispatches
-    e_dense = _gemm_eff(tokens, c)
-    rows_expert = per_rank * m["moe_router_topk"] * cand.ep / m["num_moe_experts"]
-    e_expert = _gemm_eff(rows_expert, c)
-    t_attn_gemm = per_rank * f["attn_proj"] / (peak * e_dense)
-    t_core = per_rank * f["core_attn"] / (peak * e_dense * c["attention_efficiency"])
-    # The softmax between the two attention GEMMs: one exponential per score forward and one when the
-    # backward recomputes the probabilities, on the special function units, which the tensor cores wait
-    # for (Blackwell Ultra doubles their rate). Counted per forward pass like the GEMMs (x3 below).
-    scores_per_token = attended_keys(m, s) * m["num_attention_heads"]
-    t_core += per_rank * scores_per_token * 2.0 / 3.0 / exp_rate(hw)
-    if not batch.te:
-        # unfused attention computes the whole s x s score matrix (no causal skipping) and moves it through
-        # HBM: scores, softmax, dropout-free probabilities and their gradients, ~12 passes of 2 bytes
-        scores = b * (m["num_attention_heads"] / cand.tp) * (s / cand.cp) * s
-        t_core = 2 * t_core + UNFUSED_SCORE_PASSES * 2.0 * scores / (hw["hbm_tbps"] * 1e12 * HBM_EFFICIENCY) / 3
-    t_experts = per_rank * (f["experts"] * imbalance) / (peak * e_expert)
-    t_shared = per_rank * (f["shared"] + f["router"]) / (peak * e_dense)
-    t_dense = per_rank * f["dense_mlp"] / (peak * e_dense)
-    h, k = m["hidden_size"], m["moe_router_topk"]
-    elem_bytes = 2.0 * per_rank * (24 * h + k * imbalance * (6 * h + 6 * m["moe_ffn_hidden_size"]))
-    if fp8:
-        # FP8 recipes quantise every GEMM operand they produce (amax, cast, transposed copy): activations
-        # into the GEMMs forward, output gradients backward. It is memory-bound work per element, so it
-        # weighs most in narrow models, whose GEMMs do the fewest FLOPs per element.
-        _, dv = _attn_dims(m)
-        f_e = m["moe_ffn_hidden_size"]
-        fwd_in = h + m["num_attention_heads"] * dv + k * imbalance * (h + f_e)    # QKV, proj, fc1, fc2 inputs
-        bwd_in = _attention_params(m) / h + k * imbalance * (2 * f_e + h)         # their outputs' gradients
-        elem_bytes += per_rank * (fwd_in + bwd_in) * c["fp8_quant_bytes"]
-    t_elem = elem_bytes / (hw["hbm_tbps"] * 1e12 * HBM_EFFICIENCY)
-    if not batch.te:  # the local spec runs norms, RoPE, SwiGLU, permutation and loss as many unfused kernels
-        t_elem *= c["local_spec_factor"]
-    t_logits = per_rank * f["logits"] / (peak * e_dense)
 
-    rc = _recompute_share(cand, f, m)
-    moe_fwd = t_attn_gemm + t_core + t_experts + t_shared + t_elem
-    dense_fwd = t_attn_gemm + t_core + t_dense + 0.5 * t_elem
-    moe_rc = (rc["attn_gemm"] * t_attn_gemm + rc["core"] * t_core + rc["experts"] * t_experts
-              + rc["elementwise"] * t_elem + (rc["dense"] if cand.recompute[0] == "full" else 0.0) * t_shared)
-    dense_rc = rc["attn_gemm"] * t_attn_gemm + rc["core"] * t_core + rc["dense"] * t_dense \
-        + rc["elementwise"] * 0.5 * t_elem
+class StepModel:
+    """``estimate`` for one model, hardware, batch shape, GPU count and set of constants.
 
-    a2a_one = a2a_seconds(m, hw, cand, per_rank, c, imbalance)
-    a2a_layer = 4.0 * a2a_one * (1.0 + rc["a2a"] / 2)  # dispatch + combine, forward + backward (+ replay)
+    The planner scores hundreds of candidates of one intent: what depends on none of a candidate's knobs
+    (FLOPs per token, peak, parameter counts) is computed once, and each term that depends on only a few
+    knobs once per their values (the compute times per TP/CP/EP, the all-to-all per EP group and
+    dispatcher, the optimizer step and the DP traffic per layout, host time per graphs/wgrad/EP, the
+    recompute shares per rung). It is ``estimate``'s own arithmetic in its own order (``estimate`` runs
+    through it), so the figures are the same to the bit."""
 
-    # TP/SP: all-gather + reduce-scatter around attention (and dense MLPs), forward and backward.
-    tp_layer = 0.0
-    if cand.tp > 1:
-        msg = tokens * h * 2.0 * (cand.tp - 1) / cand.tp
-        tp_layer = 4.0 * msg / (hw["nvlink_gbps"] * 1e9 * COLLECTIVE_EFFICIENCY)
-    cp_layer = 0.0
-    if cand.cp > 1:
-        kv = tokens * 2 * m["num_query_groups"] * m["kv_channels"] * 2.0 * (cand.cp - 1)
-        link = hw["nvlink_gbps"] if cand.tp * cand.cp <= hw["gpus_per_node"] else hw["nic_gbps"]
-        cp_layer = max(0.0, 3.0 * kv / (link * 1e9 * COLLECTIVE_EFFICIENCY) - 3.0 * t_core)
+    def __init__(self, m: dict[str, Any], hw: dict[str, Any], batch: Batch, world: int,
+                 c: dict[str, float] | None = None):
+        c = constants() if c is None else c
+        self.m, self.hw, self.batch, self.world, self.c = m, hw, batch, world, c
+        s = batch.seq_length
+        self.f = f = _per_token(_model_key(m), s)
+        self.n_moe, self.n_dense, self.mtp = _layers(m)
+        self.fp8 = batch.precision in FP8_PRECISIONS
+        peak = hw["bf16_dense_tflops"] * 1e12 * (c["fp8_gain"] if self.fp8 else 1.0)
+        if hw.get("arch") == "blackwell":
+            peak *= c["blackwell_efficiency"]
+            if _cc(hw) == "10.3":  # Blackwell Ultra (B300/GB300)
+                peak *= c["blackwell_ultra_gain"]
+        self.peak = peak
+        self.imbalance = 1.0 if batch.force_balance else c["natural_imbalance"]
+        self.flops = _flops_per_token(m, f) * batch.global_batch_size * s
+        self._compute: dict[tuple[int, int, int], tuple[float, ...]] = {}
+        self._a2a: dict[tuple[Any, ...], float] = {}
+        self._rc: dict[tuple[Any, ...], dict[str, float]] = {}
+        self._host: dict[tuple[Any, ...], tuple[float, float]] = {}
+        self._per_layout: dict[tuple[int, ...], tuple[float, float]] = {}
 
-    host_layer, host_dense = host_seconds_per_layer(m, cand, batch, c)
-    # The host's single-thread speed: 1 for the DGX-class nodes of the published rows; the project's lent
-    # VM hosts run the same Python several times slower (``host_factor`` in the hardware description).
-    host_scale = float(hw.get("host_factor", 1.0))
-    host_layer, host_dense = host_layer * host_scale, host_dense * host_scale
+    def _compute_terms(self, tp: int, cp: int, ep: int) -> tuple[float, ...]:
+        """Per-layer forward times of one micro-batch and the TP/CP collectives: they depend on TP, CP, EP."""
+        key = (tp, cp, ep)
+        hit = self._compute.get(key)
+        if hit is not None:
+            return hit
+        m, hw, batch, c, f, peak, imbalance = self.m, self.hw, self.batch, self.c, self.f, self.peak, self.imbalance
+        s, b = batch.seq_length, batch.micro_batch_size
+        tokens = s * b / cp                           # tokens of one micro-batch on this CP rank
+        per_rank = tokens / tp                        # after the SP split: what the GPU computes / dispatches
+        e_dense = _gemm_eff(tokens, c)
+        rows_expert = per_rank * m["moe_router_topk"] * ep / m["num_moe_experts"]
+        e_expert = _gemm_eff(rows_expert, c)
+        t_attn_gemm = per_rank * f["attn_proj"] / (peak * e_dense)
+        t_core = per_rank * f["core_attn"] / (peak * e_dense * c["attention_efficiency"])
+        # The softmax between the two attention GEMMs: one exponential per score forward and one when the
+        # backward recomputes the probabilities, on the special function units, which the tensor cores wait
+        # for (Blackwell Ultra doubles their rate). Counted per forward pass like the GEMMs (x3 below).
+        scores_per_token = attended_keys(m, s) * m["num_attention_heads"]
+        t_core += per_rank * scores_per_token * 2.0 / 3.0 / exp_rate(hw)
+        if not batch.te:
+            # unfused attention computes the whole s x s score matrix (no causal skipping) and moves it through
+            # HBM: scores, softmax, dropout-free probabilities and their gradients, ~12 passes of 2 bytes
+            scores = b * (m["num_attention_heads"] / tp) * (s / cp) * s
+            t_core = 2 * t_core + UNFUSED_SCORE_PASSES * 2.0 * scores / (hw["hbm_tbps"] * 1e12 * HBM_EFFICIENCY) / 3
+        t_experts = per_rank * (f["experts"] * imbalance) / (peak * e_expert)
+        t_shared = per_rank * (f["shared"] + f["router"]) / (peak * e_dense)
+        t_dense = per_rank * f["dense_mlp"] / (peak * e_dense)
+        h, k = m["hidden_size"], m["moe_router_topk"]
+        elem_bytes = 2.0 * per_rank * (24 * h + k * imbalance * (6 * h + 6 * m["moe_ffn_hidden_size"]))
+        if self.fp8:
+            # FP8 recipes quantise every GEMM operand they produce (amax, cast, transposed copy): activations
+            # into the GEMMs forward, output gradients backward. It is memory-bound work per element, so it
+            # weighs most in narrow models, whose GEMMs do the fewest FLOPs per element.
+            _, dv = _attn_dims(m)
+            f_e = m["moe_ffn_hidden_size"]
+            fwd_in = h + m["num_attention_heads"] * dv + k * imbalance * (h + f_e)    # QKV, proj, fc1, fc2 inputs
+            bwd_in = _attention_params(m) / h + k * imbalance * (2 * f_e + h)         # their outputs' gradients
+            elem_bytes += per_rank * (fwd_in + bwd_in) * c["fp8_quant_bytes"]
+        t_elem = elem_bytes / (hw["hbm_tbps"] * 1e12 * HBM_EFFICIENCY)
+        if not batch.te:  # the local spec runs norms, RoPE, SwiGLU, permutation and loss as many unfused kernels
+            t_elem *= c["local_spec_factor"]
+        t_logits = per_rank * f["logits"] / (peak * e_dense)
+        moe_fwd = t_attn_gemm + t_core + t_experts + t_shared + t_elem
+        dense_fwd = t_attn_gemm + t_core + t_dense + 0.5 * t_elem
 
-    def layer_time(moe: bool) -> tuple[float, float, float]:
-        fwd = moe_fwd if moe else dense_fwd
-        comp = 3.0 * fwd + (moe_rc if moe else dense_rc)
-        return comp, (a2a_layer if moe else 0.0), tp_layer + cp_layer
+        # TP/SP: all-gather + reduce-scatter around attention (and dense MLPs), forward and backward.
+        tp_layer = 0.0
+        if tp > 1:
+            msg = tokens * h * 2.0 * (tp - 1) / tp
+            tp_layer = 4.0 * msg / (hw["nvlink_gbps"] * 1e9 * COLLECTIVE_EFFICIENCY)
+        cp_layer = 0.0
+        if cp > 1:
+            kv = tokens * 2 * m["num_query_groups"] * m["kv_channels"] * 2.0 * (cp - 1)
+            link = hw["nvlink_gbps"] if tp * cp <= hw["gpus_per_node"] else hw["nic_gbps"]
+            cp_layer = max(0.0, 3.0 * kv / (link * 1e9 * COLLECTIVE_EFFICIENCY) - 3.0 * t_core)
+        hit = self._compute[key] = (per_rank, t_attn_gemm, t_core, t_experts, t_shared, t_dense, t_elem, t_logits,
+                                    moe_fwd, dense_fwd, tp_layer, cp_layer)
+        return hit
 
-    moe_c, moe_a, moe_o = layer_time(True)
-    den_c, _, den_o = layer_time(False)
-    n_moe_all = n_moe + mtp
-    total_c = n_moe_all * moe_c + n_dense * den_c + 3.0 * t_logits * (1 + mtp)
-    total_a = n_moe_all * moe_a
-    total_o = n_moe_all * moe_o + n_dense * den_o
-    # Share of the model on the slowest pipeline rank: balanced layouts count embedding and loss as a
-    # layer each (Bridge's account flags).
-    units = m["num_layers"] + mtp + 2
-    share = 1.0 if cand.pp == 1 else math.ceil(units / (cand.pp * cand.vpp)) * cand.vpp / units
-    comp, a2a, other = total_c * share, total_a * share, total_o * share
+    def estimate(self, cand: Candidate) -> StepEstimate:
+        """Predicted time of one iteration for ``cand``."""
+        m, hw, batch, world, c = self.m, self.hw, self.batch, self.world, self.c
+        s, b = batch.seq_length, batch.micro_batch_size
+        dp = max(1, world // (cand.tp * cand.pp * cand.cp))
+        mb = max(1, batch.global_batch_size // max(1, b * dp))
+        n_moe, n_dense, mtp = self.n_moe, self.n_dense, self.mtp
+        (per_rank, t_attn_gemm, t_core, t_experts, t_shared, t_dense, t_elem, t_logits, moe_fwd, dense_fwd,
+         tp_layer, cp_layer) = self._compute_terms(cand.tp, cand.cp, cand.ep)
+        h = m["hidden_size"]
 
-    overlap_ok = cand.overlap and ((cand.pp == 1 and mb >= 2) or (cand.pp > 1 and cand.vpp > 1))
-    hidden, slowdown = 0.0, 0.0
-    if overlap_ok and a2a > 0:
-        hide = c["overlap_hide"] + (c["delay_wgrad_hide"] if cand.delay_wgrad else 0.0)
-        # Combined 1F1B pairs one micro-batch's forward with another's backward: the first forward and the
-        # last backward have no partner, so with PP 1 only (mb - 1) / mb of the all-to-all can be hidden
-        # (a half with 2 micro-batches; all of it in the limit of many).
-        pairs = (mb - 1) / mb if cand.pp == 1 else 1.0
-        hidden = min(a2a, comp) * min(1.0, hide) * pairs
-        sms = cand.num_sms or (20 if cand.dispatcher == "deepep" else 32 if cand.dispatcher == "hybridep"
-                               else NCCL_A2A_SMS)
-        frac = min(0.5, sms / hw.get("sm_count", 132))
-        slowdown = hidden * frac / (1.0 - frac)
-        # The overlapped schedule splits every MoE layer into sub-steps (attention, dispatch, experts, combine)
-        # that wait on each other across the compute and communication streams: each wait leaves the GPU a
-        # launch-and-handshake gap, per layer and micro-batch, whether or not there is much to hide.
-        slowdown += c["overlap_sync_s"] * n_moe_all * share
-    gpu_mb = comp + a2a - hidden + slowdown + other
-    # The CPU launches every kernel; dropless MoE syncs with the GPU each layer, so a micro-batch takes
-    # as long as the slower of the two. The overlapped schedule launches more (two micro-batches,
-    # explicit stream waits); CUDA graphs cut launches.
-    host_mb = (n_moe_all * host_layer + n_dense * host_dense) * share * (c["overlap_host_factor"] if overlap_ok else 1.0)
-    per_mb = (gpu_mb ** HOST_P + host_mb ** HOST_P) ** (1.0 / HOST_P)
-    steady = mb * per_mb
-    bubble = (cand.pp - 1) / cand.vpp * per_mb if cand.pp > 1 else 0.0
-    pp_comm = 0.0
-    if cand.pp > 1:
-        msg = per_rank * h * 2.0
-        link = hw["nic_gbps"] if world > hw["gpus_per_node"] else hw["nvlink_gbps"]
-        exposed = 0.25 if cand.vpp > 1 else 1.0
-        pp_comm = 2.0 * mb * cand.vpp * msg / (link * 1e9) * exposed
+        rc = self._rc.get(cand.recompute)
+        if rc is None:
+            rc = self._rc[cand.recompute] = _recompute_share(cand, self.f, m)
+        moe_rc = (rc["attn_gemm"] * t_attn_gemm + rc["core"] * t_core + rc["experts"] * t_experts
+                  + rc["elementwise"] * t_elem + (rc["dense"] if cand.recompute[0] == "full" else 0.0) * t_shared)
+        dense_rc = rc["attn_gemm"] * t_attn_gemm + rc["core"] * t_core + rc["dense"] * t_dense \
+            + rc["elementwise"] * 0.5 * t_elem
 
-    dp_comm = _dp_exposed(m, hw, cand, world, dp, per_mb)
-    opt = optimizer_seconds(m, hw, cand, world)
-    step = steady + bubble + pp_comm + dp_comm + opt + c["step_overhead_s"]
-    flops = _flops_per_token(m, f) * batch.global_batch_size * s
-    recompute = mb * share * (n_moe_all * moe_rc + n_dense * dense_rc)
-    terms = {"compute": mb * comp - recompute, "a2a_total": mb * a2a,
-             "a2a_exposed": mb * (a2a - hidden), "overlap_slowdown": mb * slowdown, "bubble": bubble,
-             "tp_cp": mb * other, "host_bound": mb * (per_mb - gpu_mb), "pp_p2p": pp_comm, "dp_exposed": dp_comm,
-             "optimizer": opt,
-             "recompute": recompute}
-    notes = []
-    if cand.overlap and not overlap_ok:
-        notes.append("EP overlap has nothing to overlap (one micro-batch in flight)")
-    return StepEstimate(step, terms, flops / (world * step) / 1e12, batch.global_batch_size * s / (world * step), flops,
-                        mb, notes)
+        a2a_key = (cand.ep, cand.etp, cand.dispatcher, cand.tp, cand.cp)
+        a2a_one = self._a2a.get(a2a_key)
+        if a2a_one is None:
+            a2a_one = self._a2a[a2a_key] = a2a_seconds(m, hw, cand, per_rank, c, self.imbalance)
+        a2a_layer = 4.0 * a2a_one * (1.0 + rc["a2a"] / 2)  # dispatch + combine, forward + backward (+ replay)
+
+        host_key = (cand.graphs, cand.delay_wgrad, cand.ep, cand.etp)
+        host = self._host.get(host_key)
+        if host is None:
+            host_layer, host_dense = host_seconds_per_layer(m, cand, batch, c)
+            # The host's single-thread speed: 1 for the DGX-class nodes of the published rows; the project's lent
+            # VM hosts run the same Python several times slower (``host_factor`` in the hardware description).
+            host_scale = float(hw.get("host_factor", 1.0))
+            host = self._host[host_key] = (host_layer * host_scale, host_dense * host_scale)
+        host_layer, host_dense = host
+
+        moe_c, moe_a, moe_o = 3.0 * moe_fwd + moe_rc, a2a_layer, tp_layer + cp_layer
+        den_c, den_o = 3.0 * dense_fwd + dense_rc, tp_layer + cp_layer
+        n_moe_all = n_moe + mtp
+        total_c = n_moe_all * moe_c + n_dense * den_c + 3.0 * t_logits * (1 + mtp)
+        total_a = n_moe_all * moe_a
+        total_o = n_moe_all * moe_o + n_dense * den_o
+        # Share of the model on the slowest pipeline rank: balanced layouts count embedding and loss as a
+        # layer each (Bridge's account flags).
+        units = m["num_layers"] + mtp + 2
+        share = 1.0 if cand.pp == 1 else math.ceil(units / (cand.pp * cand.vpp)) * cand.vpp / units
+        comp, a2a, other = total_c * share, total_a * share, total_o * share
+
+        overlap_ok = cand.overlap and ((cand.pp == 1 and mb >= 2) or (cand.pp > 1 and cand.vpp > 1))
+        hidden, slowdown = 0.0, 0.0
+        if overlap_ok and a2a > 0:
+            hide = c["overlap_hide"] + (c["delay_wgrad_hide"] if cand.delay_wgrad else 0.0)
+            # Combined 1F1B pairs one micro-batch's forward with another's backward: the first forward and the
+            # last backward have no partner, so with PP 1 only (mb - 1) / mb of the all-to-all can be hidden
+            # (a half with 2 micro-batches; all of it in the limit of many).
+            pairs = (mb - 1) / mb if cand.pp == 1 else 1.0
+            hidden = min(a2a, comp) * min(1.0, hide) * pairs
+            sms = cand.num_sms or (20 if cand.dispatcher == "deepep" else 32 if cand.dispatcher == "hybridep"
+                                   else NCCL_A2A_SMS)
+            frac = min(0.5, sms / hw.get("sm_count", 132))
+            slowdown = hidden * frac / (1.0 - frac)
+            # The overlapped schedule splits every MoE layer into sub-steps (attention, dispatch, experts, combine)
+            # that wait on each other across the compute and communication streams: each wait leaves the GPU a
+            # launch-and-handshake gap, per layer and micro-batch, whether or not there is much to hide.
+            slowdown += c["overlap_sync_s"] * n_moe_all * share
+        gpu_mb = comp + a2a - hidden + slowdown + other
+        # The CPU launches every kernel; dropless MoE syncs with the GPU each layer, so a micro-batch takes
+        # as long as the slower of the two. The overlapped schedule launches more (two micro-batches,
+        # explicit stream waits); CUDA graphs cut launches.
+        host_mb = (n_moe_all * host_layer + n_dense * host_dense) * share * (c["overlap_host_factor"] if overlap_ok else 1.0)
+        per_mb = (gpu_mb ** HOST_P + host_mb ** HOST_P) ** (1.0 / HOST_P)
+        steady = mb * per_mb
+        bubble = (cand.pp - 1) / cand.vpp * per_mb if cand.pp > 1 else 0.0
+        pp_comm = 0.0
+        if cand.pp > 1:
+            msg = per_rank * h * 2.0
+            link = hw["nic_gbps"] if world > hw["gpus_per_node"] else hw["nvlink_gbps"]
+            exposed = 0.25 if cand.vpp > 1 else 1.0
+            pp_comm = 2.0 * mb * cand.vpp * msg / (link * 1e9) * exposed
+
+        lay_key = (cand.tp, cand.pp, cand.cp, cand.ep, cand.etp)
+        per_layout = self._per_layout.get(lay_key)
+        if per_layout is None:
+            per_layout = self._per_layout[lay_key] = (_dp_traffic(m, hw, cand, world, dp),
+                                                      optimizer_seconds(m, hw, cand, world))
+        dp_traffic, opt = per_layout
+        dp_comm = max(0.0, dp_traffic - per_mb)  # what one micro-batch's compute does not hide
+        step = steady + bubble + pp_comm + dp_comm + opt + c["step_overhead_s"]
+        flops = self.flops
+        recompute = mb * share * (n_moe_all * moe_rc + n_dense * dense_rc)
+        terms = {"compute": mb * comp - recompute, "a2a_total": mb * a2a,
+                 "a2a_exposed": mb * (a2a - hidden), "overlap_slowdown": mb * slowdown, "bubble": bubble,
+                 "tp_cp": mb * other, "host_bound": mb * (per_mb - gpu_mb), "pp_p2p": pp_comm, "dp_exposed": dp_comm,
+                 "optimizer": opt,
+                 "recompute": recompute}
+        notes = []
+        if cand.overlap and not overlap_ok:
+            notes.append("EP overlap has nothing to overlap (one micro-batch in flight)")
+        return StepEstimate(step, terms, flops / (world * step) / 1e12, batch.global_batch_size * s / (world * step),
+                            flops, mb, notes)
 
 
 def local_experts(m: dict[str, Any], cand: Candidate) -> float:
@@ -485,6 +537,11 @@ def optimizer_seconds(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, wo
 
 def _dp_exposed(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, world: int, dp: int, per_mb: float) -> float:
     """Gradient reduce-scatter + parameter all-gather beyond what one micro-batch's compute hides."""
+    return max(0.0, _dp_traffic(m, hw, cand, world, dp) - per_mb)
+
+
+def _dp_traffic(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, world: int, dp: int) -> float:
+    """Gradient reduce-scatter + parameter all-gather of one step (bf16, distributed optimizer)."""
     p = parameters(m)
     share = 1.0 / cand.pp
     dense = (p["attention"] + p["dense_mlp"] + p["shared"] + p["router"]) * share / cand.tp + p["embedding"] / cand.tp / cand.pp
@@ -498,7 +555,7 @@ def _dp_exposed(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, world: i
         link = hw["nic_gbps"] if spans else hw["nvlink_gbps"]
         # bf16 gradients reduce-scattered, bf16 parameters all-gathered (distributed optimizer)
         t += 2 * params * 2.0 * (group - 1) / group / (link * 1e9 * COLLECTIVE_EFFICIENCY)
-    return max(0.0, t - per_mb)
+    return t
 
 
-__all__ = ["Batch", "Candidate", "StepEstimate", "a2a_seconds", "constants", "covers", "estimate", "flops_per_token"]
+__all__ = ["Batch", "Candidate", "StepEstimate", "StepModel", "a2a_seconds", "constants", "covers", "estimate", "flops_per_token"]

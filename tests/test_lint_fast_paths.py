@@ -1,0 +1,172 @@
+"""The cold-`lint` fast paths (issue 8, item 8) give what the plain paths give.
+
+The planner's memoised memory and step-time models equal the one-shot functions for every candidate,
+whatever was asked before; ``lint FILE...`` parsed without argparse is argparse's namespace; the cached
+pyproject parse sees every edit; the rule check that stops early keeps the same verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from conftest import FIXTURES, ROOT, overrides
+from mocompile import cli, memory, project, steptime
+from mocompile.load import load
+from mocompile.resolve import context, search
+from mocompile.schema import validate
+from mocompile.steptime import Candidate
+
+DSV3 = ("schema: 1\nmodel: deepseek-v3\nhardware: {gpu: h100, nodes: 32}\ngoal: throughput\n"
+        "training: {seq_length: 4096, micro_batch_size: 1, global_batch_size: 4096}\n")
+
+
+def ctx_of(path, **sets):
+    doc = load(str(path), overrides(sets))
+    return context(validate(doc), doc)
+
+
+def candidates(ctx):
+    """A spread of candidates: every layout with a few knob settings and every recompute rung."""
+    rungs = search.ladder(ctx, False)
+    out = []
+    for i, lay in enumerate(search.layouts_for(ctx, ctx["world_size"])):
+        for disp, ov, graphs in (("alltoall", False, "none"), ("deepep", True, "te_rp"), ("hybridep", False, "te_rp"),
+                                 ("alltoall", True, "full_iteration")):
+            out.append(Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, disp, ov, ov and i % 2 == 0,
+                                 rungs[i % len(rungs)], graphs))
+    return out
+
+
+@pytest.fixture(scope="module")
+def dsv3(tmp_path_factory):
+    path = tmp_path_factory.mktemp("dsv3") / "dsv3.yaml"
+    path.write_text(DSV3)
+    return ctx_of(path)
+
+
+@pytest.mark.parametrize("which", ["dsv3", "tiny-local", "fp8"])
+def test_the_memoised_models_equal_the_one_shot_estimates(which, dsv3, tmp_path):
+    if which == "dsv3":
+        ctx = dsv3
+    elif which == "tiny-local":
+        ctx = ctx_of(ROOT / "recipes" / "tiny-moe-h100x2.yaml")
+    else:
+        path = tmp_path / "q.yaml"
+        path.write_text("schema: 1\nmodel: qwen3-30b-a3b\nhardware: {gpu: b200, nodes: 2}\ngoal: throughput\n"
+                        "training: {seq_length: 4096, micro_batch_size: 2, global_batch_size: 512, precision: mxfp8}\n")
+        ctx = ctx_of(path)
+    sc = search.Scorer(ctx)
+    cands = candidates(ctx)
+    assert len(cands) > 20
+    for cand in cands:  # one Scorer (memos filled by the earlier candidates) against fresh one-shot calls
+        mem = sc.memory(cand)
+        assert mem == memory.estimate(ctx.model, sc.config(cand)), cand
+        assert sc.total_gib(cand) == mem["total_gib"], cand
+        est = sc.score(cand).est
+        fresh = steptime.estimate(ctx.model, sc.hw, cand, sc.batch, sc.world)
+        assert (est.step_s, est.terms, est.tflops_per_gpu, est.notes) == \
+            (fresh.step_s, fresh.terms, fresh.tflops_per_gpu, fresh.notes), cand
+
+
+def test_the_lightest_fitting_rung_is_the_first_one_that_fits(dsv3):
+    sc = search.Scorer(dsv3)
+    for ov in (False, True):
+        rungs = search.ladder(dsv3, ov)
+        for cand in candidates(dsv3)[::7]:
+            cand = replace(cand, overlap=ov)
+            got = sc.lightest_fitting(cand, rungs)
+            totals = [memory.estimate(dsv3.model, sc.config(replace(cand, recompute=r)))["total_gib"] for r in rungs]
+            fits = [r for r, t in zip(rungs, totals) if t <= sc.limit]
+            want = rungs[-1] if totals[-1] > sc.limit or not fits else fits[0]
+            assert got == replace(cand, recompute=want)
+            assert sc.total_gib(got) == memory.estimate(dsv3.model, sc.config(got))["total_gib"]
+
+
+def test_the_rule_check_stops_once_the_verdict_is_settled(dsv3, monkeypatch):
+    """Best first until four are legal and three excluded (or the anchor is checked): the excluded are the
+    first broken candidates in rank order, the winner and runners-up the first legal ones."""
+    checked = []
+    real = search.Scorer.check
+
+    def check(self, s):
+        broken = real(self, s)
+        checked.append((s.cand, bool(broken)))
+        return broken
+
+    monkeypatch.setattr(search.Scorer, "check", check)
+    res = search._search(dsv3)
+    in_loop = checked[:-1] if res.anchor is not None else checked  # the anchor is checked once more at the end
+    assert [s.cand for s in res.excluded] == [c for c, b in in_loop if b][:3]
+    legal = [c for c, b in in_loop if not b]
+    if not res.winner.anchor:
+        assert [s.cand for s in [res.winner, *res.runners_up]] == legal[:4]
+    assert len(legal) >= 4 and (len(res.excluded) == 3 or res.anchor is None or res.anchor.broken is not None)
+    assert len(in_loop) < 100  # it used to check down to the anchor's rank
+
+
+@pytest.mark.parametrize("argv", [["lint", "a.yaml"], ["lint", "a.yaml", "b/c.yaml", "lint", ""], ["lint", "x y.yaml"]])
+def test_a_plain_lint_command_line_is_parsed_as_argparse_parses_it(argv):
+    fast = cli.plain_lint(argv)
+    assert fast is not None and vars(fast) == vars(cli.build_parser().parse_args(argv))
+
+
+@pytest.mark.parametrize("argv", [["lint"], ["lint", "--strict", "a.yaml"], ["lint", "a.yaml", "--set", "x=1"],
+                                  ["lint", "-"], ["compile", "a.yaml"], ["lint", "--", "a.yaml"], []])
+def test_any_other_command_line_goes_to_argparse(argv):
+    assert cli.plain_lint(argv) is None
+
+
+def test_the_cached_pyproject_parse_sees_an_edit_of_the_same_size_and_time(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = tmp_path / "p"
+    root.mkdir()
+    py = root / "pyproject.toml"
+    py.write_text('[tool.mocompile]\nrecipes = ["aa/*.yaml"]\nstrict = true\n')
+    st = py.stat()
+    first = project.load_settings(str(root))
+    assert (first.recipes, first.strict) == (["aa/*.yaml"], True)
+    assert project.load_settings(str(root)) == first  # from the cache
+    py.write_text('[tool.mocompile]\nrecipes = ["bb/*.yaml"]\nstrict = true\n')
+    os.utime(py, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert project.load_settings(str(root)).recipes == ["bb/*.yaml"]
+    py.write_text('[tool.mocompile\n')
+    with pytest.raises(Exception, match="pyproject.toml"):
+        project.load_settings(str(root))
+
+
+MODULES = ("import sys, json\nfrom mocompile.cli import main\ncode = main(sys.argv[1:])\n"
+           "print(json.dumps(sorted(sys.modules)))\n")
+
+
+def test_a_plain_lint_imports_no_argparse_and_no_toml_parser_once_the_settings_are_cached(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text((FIXTURES / "rule_base.yaml").read_text())
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "compiler"), XDG_CACHE_HOME=str(tmp_path / "cache"),
+               MOCOMPILE_NO_CACHE="1")
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", MODULES, "lint", str(path)], env=env, capture_output=True,
+                              text=True, timeout=120, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
+    mods = set(json.loads(proc.stdout.splitlines()[-1]))
+    assert "mocompile.pipeline" in mods  # the whole analysis ran (no verdict cache)
+    assert not mods & {"argparse", "tomllib", "shutil", "urllib.parse", "difflib"}, mods & {"argparse", "tomllib"}
+
+
+def test_a_command_line_lint_ends_at_once_with_all_its_output_and_its_exit_code(tmp_path, capsys):
+    """The real command line skips the interpreter's teardown (``cli._exit_now``): same output, same code."""
+    from conftest import run_cli
+    ok, bad = tmp_path / "ok.yaml", tmp_path / "bad.yaml"
+    ok.write_text(DSV3)
+    bad.write_text(DSV3.replace("nodes: 32", "nodes: 1").replace("4096}", "256}"))  # does not fit: MEM001
+    env = {"MOCOMPILE_NO_CACHE": "1", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    proc = run_cli("lint", str(ok), str(bad), env=env)
+    assert proc.returncode == 1 and "MEM001" in proc.stdout
+    assert cli.main(["lint", str(ok), str(bad)]) == 1  # in-process: returns
+    assert capsys.readouterr().out == proc.stdout
+    assert run_cli("lint", str(ok), env=env).returncode == 0
