@@ -67,6 +67,8 @@ FLEX_HYBRIDEP = dict(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backe
 OVERLAP = dict(overlap_moe_expert_parallel_comm=True)
 
 # (rule, fails, passes): two configurations one step apart on one term of the rule.
+PROFILE = dict(use_pytorch_profiler=True, profile_step_start=2, profile_step_end=4, profile_ranks=[0],
+               tensorboard_dir="/tb")
 BOUNDARIES = [
     # PAR001 world % (TP*PP*CP): each factor on its own
     ("PAR001", dict(world_size=2, tensor_model_parallel_size=2, context_parallel_size=2),
@@ -330,6 +332,20 @@ BOUNDARIES = [
     ("LOG001", dict(log_interval=101), dict(log_interval=100)),
     ("LOG001", dict(log_interval=2, train_iters=1), dict(log_interval=None, train_iters=1)),
     ("CKPT007", dict(load="/ckpt", save="/ckpt", te_version=None), dict(load="/ckpt", save="/ckpt")),
+    # PROF: torch's schedule needs end - start >= 1; the stop runs only at step == end (<= train_iters);
+    # a rank outside the job records nothing; without a TensorBoard folder the trace lands in ./torch_profile.
+    ("PROF001", dict(PROFILE, profile_step_start=4, profile_step_end=4),
+     dict(PROFILE, profile_step_start=4, profile_step_end=5)),
+    ("PROF001", dict(PROFILE, profile_step_start=5, profile_step_end=4),
+     dict(PROFILE, use_pytorch_profiler=False, profile_step_start=5, profile_step_end=4)),
+    ("PROF002", dict(PROFILE, profile_step_end=11, train_iters=10), dict(PROFILE, profile_step_end=10, train_iters=10)),
+    ("PROF002", dict(PROFILE, profile_step_end=11, train_iters=10),
+     dict(PROFILE, use_pytorch_profiler=False, profile_step_end=11, train_iters=10)),
+    ("PROF003", dict(PROFILE, profile_ranks=[0, 8], world_size=8), dict(PROFILE, profile_ranks=[0, 7], world_size=8)),
+    ("PROF003", dict(PROFILE, profile_ranks=[8], world_size=8),
+     dict(PROFILE, use_pytorch_profiler=False, profile_ranks=[8], world_size=8)),
+    ("PROF004", dict(PROFILE, tensorboard_dir=None), dict(PROFILE, tensorboard_dir="/tb")),
+    ("PROF004", dict(PROFILE, tensorboard_dir=None), dict(PROFILE, use_pytorch_profiler=False, tensorboard_dir=None)),
 ]
 
 

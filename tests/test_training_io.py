@@ -76,6 +76,11 @@ BAD = [
     ("logging: {interval: 0}\n", "`logging.interval` must be >= 1, got 0", "0}"),
     ("logging: {wandb: {name: run1}}\n", "missing required key `logging.wandb.project`", "wandb:"),
     ("logging: {tensorboard: \"tb\\u0001\"}\n", "`logging.tensorboard` has an invalid value", '"tb'),
+    ("profile: {start: 4}\n", "missing required key `profile.end`", "profile:"),
+    ("profile: {start: -1, end: 2}\n", "`profile.start` must be >= 0, got -1", "-1"),
+    ("profile: {start: 1, end: 2, ranks: []}\n", "needs at least 1 item(s), got 0", "[]"),
+    ("profile: {start: 1, end: 2, ranks: [-1]}\n", "`profile.ranks[0]` must be >= 0, got -1", "-1"),
+    ("profile: {start: 1, end: 2, tool: nsys}\n", "unknown key `profile.tool`", "tool"),
 ]
 
 
@@ -148,6 +153,11 @@ REAL_DATA = {"training.data": {"type": "megatron", "blend": ["/d/text_document"]
     ("CKPT006", {"checkpoint": {"save": "/c", "format": "torch_dcp"}}, {"checkpoint": {"save": "/c", "format": "torch_dist"}}),
     # LOG001: 10 iterations, interval 10 logs once, 11 never.
     ("LOG001", {"logging": {"interval": 11}}, {"logging": {"interval": 10}}),
+    # PROF001-004 on the rule base (10 iterations, 2 GPUs): end - start >= 1, end <= 10, ranks 0..1, a trace folder.
+    ("PROF001", {"profile": {"start": 4, "end": 4}}, {"profile": {"start": 4, "end": 5}}),
+    ("PROF002", {"profile": {"start": 4, "end": 11}}, {"profile": {"start": 4, "end": 10}}),
+    ("PROF003", {"profile": {"start": 4, "end": 6, "ranks": [0, 2]}}, {"profile": {"start": 4, "end": 6, "ranks": [0, 1]}}),
+    ("PROF004", {"profile": {"start": 4, "end": 6}}, {"profile": {"start": 4, "end": 6}, "logging": {"tensorboard": "/tb"}}),
 ])
 def test_rule_boundaries(rule, fails, passes):
     assert rule in _rules(fails)
@@ -164,10 +174,11 @@ def test_checks_read_missing_settings_as_not_configured():
     """The resolver tries candidates before these settings exist: the predicates must not raise."""
     cfg = analyse(str(RULE_BASE)).plan.values()
     for key in ("data_type", "split", "eval_interval", "tokenizer_type", "tokenizer_vocab_size", "save", "load",
-                "save_interval", "ckpt_format", "async_save", "pretrained_checkpoint", "log_interval"):
+                "save_interval", "ckpt_format", "async_save", "pretrained_checkpoint", "log_interval",
+                "use_pytorch_profiler", "profile_step_start", "profile_step_end", "profile_ranks"):
         cfg.pop(key)
     for rule in ("TOK001", "TOK002", "DATA001", "CKPT001", "CKPT002", "CKPT003", "CKPT004", "CKPT005", "CKPT006",
-                 "LOG001"):
+                 "LOG001", "PROF001", "PROF002", "PROF003", "PROF004"):
         assert CHECKS[rule](cfg) is False, rule
 
 
@@ -324,3 +335,16 @@ def test_resume_without_transformer_engine_is_refused(te, fires):
     assert ("CKPT007" in _rules(sets)) is fires
     assert "CKPT007" not in _rules({**sets, "checkpoint": {"save": "/c"}})  # saving alone is fine
     assert "CKPT007" not in _rules({**sets, "versions.megatron_core": "0.20.0"})  # only the version it was seen on
+
+
+def test_profile_emits_bridge_profiling_config(tmp_path):
+    """profile: becomes Bridge's ProfilingConfig (PyTorch profiler) with the user's steps and ranks."""
+    files = _compiled(tmp_path, "profile: {start: 6, end: 9, ranks: [1], shapes: true}\nlogging: {tensorboard: /tb}\n")
+    tree = ast.parse(files["train.py"])
+    for kw, want in (("use_pytorch_profiler", True), ("profile_step_start", 6), ("profile_step_end", 9),
+                     ("profile_ranks", [1]), ("pytorch_profiler_collect_shapes", True)):
+        assert _literal(tree, "ProfilingConfig", kw) == want, kw
+    assert "cfg.profiling = ProfilingConfig(" in files["train.py"]
+    (tmp_path / "plain").mkdir()
+    plain = _compiled(tmp_path / "plain", "")["train.py"]
+    assert "ProfilingConfig" not in plain  # no profile: Bridge's default (no profiler) stays untouched

@@ -128,6 +128,26 @@ def lock_predictions(variant: str) -> dict[str, Any]:
     return out
 
 
+PROFILE_FIELDS = ("wall_ms", "busy_ms", "compute_ms", "comm_ms", "comm_hidden_ms", "comm_exposed_ms", "idle_ms")
+
+
+def _trace_medians(profile: dict[str, Any] | None) -> dict[str, float] | None:
+    """Per-step medians of the first rank's trace summary (run_bench.py / trace_report.py), if any."""
+    for key, summary in sorted((profile or {}).items()):
+        if key != "dir" and isinstance(summary, dict) and summary.get("median"):
+            return {k: summary["median"][k] for k in PROFILE_FIELDS if k in summary["median"]}
+    return None
+
+
+def same(run_plan: dict[str, Any], now: dict[str, Any] | None) -> bool:
+    """Is the plan a run used (layout, dispatcher, EP overlap) the plan a lock describes now?"""
+    if not now:
+        return False
+    disp = now["dispatcher"] if now["dispatcher"] != "flex" else f"flex/{now['backend']}"
+    return (run_plan["tp"], run_plan["pp"], run_plan["ep"], run_plan["dispatcher"], bool(run_plan["overlap"])) == \
+        (now["tp"], now["pp"], now["ep"], disp, bool(now["overlap"]))
+
+
 def ranks(xs: list[float]) -> list[float]:
     order = sorted(range(len(xs)), key=lambda i: xs[i])
     r = [0.0] * len(xs)
@@ -178,8 +198,12 @@ def main(argv: list[str] | None = None) -> int:
         calls.append({"file": Path(jpath).name, "host_tag": doc["host_tag"], "created": doc["created"],
                       "order": doc["order"], "host": doc["host"], "harness_env": doc["method"].get("harness_env"),
                       "deepep": doc.get("deepep")})
-        for name, var in doc["variants"].items():
-            entry = variants.setdefault(name, {"plan_run": {k: var.get(k) for k in (
+        for lock_name, var in doc["variants"].items():
+            # A recipe that compiled to another plan in an earlier call (the auto recipe follows the
+            # planner) is a different plan: its runs are kept apart, under "<name> (earlier plan)".
+            now = lock_predictions(lock_name).get("plan_now")
+            name = lock_name if not now or same(var, now) else f"{lock_name} (earlier plan)"
+            entry = variants.setdefault(name, {"lock_name": lock_name, "plan_run": {k: var.get(k) for k in (
                 "tp", "pp", "ep", "dispatcher", "overlap", "seq_length", "global_batch_size", "micro_batch_size",
                 "train_iters", "estimate_gib")}, "runs": [], "failures": []})
             for run in var["runs"]:
@@ -199,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                         "per_rank_peak_reserved_gib": s.get("per_rank_peak_reserved_gib"),
                         "gpu_busy_pct": (round(b, 1) if (b := busy_share(run, smi, warmup)) is not None else None),
                         "wall_s": run.get("wall_s"),
+                        "profile": _trace_medians(run.get("profile")),
                     })
                 elif run.get("skipped") != "time budget":
                     entry["failures"].append({"call": doc["host_tag"], "round": run.get("repeat"),
@@ -211,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name, e in sorted(variants.items()):
         runs = e["runs"]
-        pred = lock_predictions(name)
+        pred = lock_predictions(e.get("lock_name", name))
         e["predicted"] = pred
         if not runs:
             e["summary"] = {"runs_ok": 0}
@@ -247,12 +272,6 @@ def main(argv: list[str] | None = None) -> int:
     # A lock recompiled after the run may describe another plan (the auto recipe follows the planner):
     # then its prediction is not for what ran. Use the prediction of a pinned variant whose current
     # plan equals the plan that ran, and say so.
-    def same(run_plan: dict[str, Any], now: dict[str, Any] | None) -> bool:
-        if not now:
-            return False
-        disp = now["dispatcher"] if now["dispatcher"] != "flex" else f"flex/{now['backend']}"
-        return (run_plan["tp"], run_plan["pp"], run_plan["ep"], run_plan["dispatcher"], bool(run_plan["overlap"])) == \
-            (now["tp"], now["pp"], now["ep"], disp, bool(now["overlap"]))
     for n in rows:
         e = variants[n]
         if e["predicted"].get("found") and not same(e["plan_run"], e["predicted"].get("plan_now")):
@@ -398,6 +417,20 @@ def markdown(doc: dict[str, Any], rows: list[str]) -> str:
           f"{c.get('memory_at_run_within_10pct')}; now (locks at report time) {c.get('memory_within_10pct')}"
           + (f" (no current estimate for the plan that ran: {', '.join(c['memory_without_estimate'])})"
              if c.get("memory_without_estimate") else ""), ""]
+    traced = [(n, [r["profile"] for r in doc["variants"][n]["runs"] if r.get("profile")]) for n in rows]
+    traced = [(n, t) for n, t in traced if t]
+    if traced:
+        L += ["Where a profiled step's time goes (PyTorch profiler on rank 0, recipes with `profile:`; "
+              "benchmarks/gpu/trace_report.py; median over the traced steps, then over runs; ms). "
+              "busy = any kernel ran; comm = NCCL/DeepEP kernels, which also count time spent waiting for "
+              "slower peers; hidden = comm while a compute kernel ran; idle = the GPU waited for the host. "
+              "Profiled steps run slower than timed ones (profiler overhead); they are not in the step times above.", "",
+              "| plan | traced runs | " + " | ".join(k.replace("_ms", "") for k in PROFILE_FIELDS) + " |",
+              "|---|---|" + "---|" * len(PROFILE_FIELDS)]
+        for n, t in traced:
+            L.append(f"| `{n}` | {len(t)} | " + " | ".join(
+                f(statistics.median(x[k] for x in t)) for k in PROFILE_FIELDS) + " |")
+        L.append("")
     L.append("Run order per call (round:variant): " + "; ".join(
         f"{cl['host_tag']}: " + ", ".join(o.replace("bench-mid-", "") for o in cl["order"]) for cl in doc["calls"]))
     return "\n".join(L) + "\n"

@@ -46,5 +46,15 @@ kill "${smi}" 2>/dev/null
 gzip -c "/tmp/smi-${tag}.csv" > "${OUT}/smi-${tag}.csv.gz"
 cp "benchmarks/results/${tag}.json" "${OUT}/" 2>/dev/null
 cp "benchmarks/results/logs/${tag}.tar.gz" "${OUT}/logs-${tag}.tar.gz" 2>/dev/null
+# Profiler traces (recipes with profile:, rank 0): as many as fit one 15 MB file, smallest first.
+tdir="bench-logs-${tag}-traces"
+if [[ -d "/tmp/${tdir}" ]]; then
+  total=0; keep=()
+  while read -r size f; do
+    if (( total + size < 15000000 )); then keep+=("${f}"); total=$((total + size)); fi
+  done < <(cd /tmp && find "${tdir}" -type f -name '*.json*' -printf '%s %p\n' | sort -n)
+  (( ${#keep[@]} )) && tar cf "${OUT}/traces-${tag}.tar" -C /tmp "${keep[@]}"
+  echo "issue10: traces kept ${#keep[@]} ($((total / 1000000)) MB) of $(find "/tmp/${tdir}" -type f | wc -l)"
+fi
 ls -la "${OUT}"
 echo "issue10: done at $((SECONDS - t0)) s"

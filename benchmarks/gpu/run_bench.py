@@ -115,6 +115,8 @@ def describe(folder: Path) -> dict[str, Any]:
         "micro_batch_size": _setting(lock, "micro_batch_size"),
         "train_iters": _setting(lock, "train_iters"),
         "seed": _setting(lock, "seed"),
+        "profile": ([_setting(lock, "profile_step_start"), _setting(lock, "profile_step_end")]
+                    if _setting(lock, "use_pytorch_profiler") else None),
         "estimate_gib": est,
         "estimate": lock.get("memory") if isinstance(lock.get("memory"), dict) else None,
         "lock_found": bool(lock),
@@ -190,8 +192,46 @@ def error_excerpt(log_text: str, limit: int = 12) -> list[str]:
     return seen[-limit:]
 
 
+def profile_excluded(folder: Path) -> list[int] | None:
+    """1-based iterations a profiled run must not time: the profiler's warm-up step (start - 1), the
+    recorded steps, and the step that exports the trace (end). Bridge's schedule records steps
+    start..end-1 as the metrics callback numbers them (it calls prof.step() before each step)."""
+    info = describe(folder).get("profile")
+    if not info or info[0] is None or info[1] is None:
+        return None
+    return [max(1, int(info[0]) - 1), int(info[1])]
+
+
+def collect_trace(name: str, repeat: int, traces: Path) -> dict[str, Any] | None:
+    """Move the trace Bridge wrote (./torch_profile under the repo: no TensorBoard folder, PROF004)
+    out of the repo, drop the empty ./None folder Bridge leaves, and summarize it (trace_report.py)."""
+    src = REPO / "torch_profile"
+    if not src.is_dir():
+        return None
+    dest = traces / f"{name}.r{repeat}"
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(src), str(dest))
+    try:
+        (REPO / "None").rmdir()
+    except OSError:
+        pass
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import trace_report  # noqa: E402 - beside this file, standard library only
+
+    out: dict[str, Any] = {"dir": str(dest)}
+    for f in sorted(dest.glob("*.json*")):
+        try:
+            out[f.name] = trace_report.summarize(trace_report.load(f))
+            out[f.name]["bytes"] = f.stat().st_size
+        except (OSError, ValueError, EOFError) as exc:
+            out[f.name] = {"error": str(exc)[:200]}
+    return out
+
+
 def run_once(name: str, folder: Path, repeat: int, port: int, logs: Path, timeout: int,
-             nproc: int | None, harness_env: dict[str, str] | None = None) -> dict[str, Any]:
+             nproc: int | None, harness_env: dict[str, str] | None = None,
+             traces: Path | None = None) -> dict[str, Any]:
     metrics = logs / f"{name}.r{repeat}.jsonl"
     log = logs / f"{name}.r{repeat}.log"
     rankstats = logs / f"{name}.r{repeat}.ranks"
@@ -252,6 +292,12 @@ def run_once(name: str, folder: Path, repeat: int, port: int, logs: Path, timeou
     }
     if rc != 0:
         result["error"] = error_excerpt(text)
+    excluded = profile_excluded(folder)
+    if excluded:
+        result["profile_excluded"] = excluded
+    trace = collect_trace(name, repeat, traces or logs.parent / f"{logs.name}-traces")
+    if trace:
+        result["profile"] = trace
     # Bridge's own per-iteration log lines, as a cross-check of the callback timing.
     bridge = re.findall(r"iteration\s+(\d+)/\s*\d+ .*?elapsed time per iteration \(ms\): ([\d.]+)"
                         r"(?:.*?lm loss: ([\d.E+-]+))?", text)
@@ -261,13 +307,19 @@ def run_once(name: str, folder: Path, repeat: int, port: int, logs: Path, timeou
     return result
 
 
+def _timed(run: dict[str, Any], rows: list[dict[str, Any]], warmup: int) -> list[dict[str, Any]]:
+    """Rows that count for step time: after the warm-up steps, outside the profiler's window."""
+    measured = rows[warmup:] if len(rows) > warmup + 2 else rows[len(rows) // 2:]
+    lo, hi = run.get("profile_excluded") or (0, -1)
+    return [r for r in measured if not lo <= int(r.get("iteration", 0)) <= hi]
+
+
 def summarize_run(run: dict[str, Any], warmup: int) -> dict[str, Any]:
     rows = [r for r in run.get("metrics", []) if isinstance(r, dict) and "step_ms" in r]
     if not rows:
         return {}
     rows.sort(key=lambda r: r.get("iteration", 0))
-    measured = rows[warmup:] if len(rows) > warmup + 2 else rows[len(rows) // 2:]
-    steps = [float(r["step_ms"]) for r in measured]
+    steps = [float(r["step_ms"]) for r in _timed(run, rows, warmup)]
     last = rows[-1]
     # Loss: Bridge prints it on the last rank (print_rank_last), i.e. the last pipeline stage; the
     # rank-0 metrics row has no loss under PP > 1. Prefer the Bridge log line of the same iteration.
@@ -344,8 +396,7 @@ def summarize_variant(info: dict[str, Any], runs: list[dict[str, Any]], warmup: 
 
 def _measured_steps(run: dict[str, Any], warmup: int) -> list[float]:
     rows = sorted((r for r in run.get("metrics", []) if "step_ms" in r), key=lambda r: r.get("iteration", 0))
-    measured = rows[warmup:] if len(rows) > warmup + 2 else rows[len(rows) // 2:]
-    return [float(r["step_ms"]) for r in measured]
+    return [float(r["step_ms"]) for r in _timed(run, rows, warmup)]
 
 
 def _quantile(xs: list[float], q: float) -> float | None:

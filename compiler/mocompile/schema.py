@@ -168,7 +168,7 @@ def _rules_at(schema: dict[str, Any], path: Path) -> dict[str, Any]:
 def _describe(e: cerr.ValidationError, schema: dict[str, Any], prefix: Path) -> tuple[str, str, Path, bool]:
     """Turn one cerberus error into (message, hint, path, point-at-key)."""
     path = prefix + tuple(e.document_path)
-    dotted = ".".join(str(p) for p in path)
+    dotted = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")  # a.b[0].c
     code = e.code
     if code == cerr.UNKNOWN_FIELD.code:
         parent = _rules_at(schema, path[len(prefix):-1]).get("schema", {}) if len(path) > len(prefix) else {}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:6c1253293baf5b35 input sha256:6a221383763c9498
+# mocompile: checksum sha256:6c1253293baf5b35 input sha256:d7d9ea441e863404
 # bench-te-mid-auto: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:edcdd1400705b40f input sha256:68875edd504137b3
+# mocompile: checksum sha256:f9983b32454a0981 input sha256:e34f203942ef839a
 """bench-te-mid-ep4-off: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -25,6 +25,7 @@ from megatron.bridge.training.config import (
     LoggerConfig,
     MockGPTDatasetConfig,
     OptimizerConfig,
+    ProfilingConfig,
     RNGConfig,
     SchedulerConfig,
     TokenizerConfig,
@@ -87,11 +88,11 @@ def build_config() -> ConfigContainer:
     )
     scheduler = SchedulerConfig(
         start_weight_decay=0.033, end_weight_decay=0.033, weight_decay_incr_style="constant",
-        lr_decay_style="cosine", lr_warmup_iters=2, lr_warmup_init=0.0,
+        lr_decay_style="cosine", lr_warmup_iters=3, lr_warmup_init=0.0,
         lr_decay_iters=None, override_opt_param_scheduler=True,
     )
     train = TrainingConfig(
-        train_iters=24,
+        train_iters=30,
         global_batch_size=16,
         micro_batch_size=2,
         manual_gc=True,  # goal: Bridge perf_recipes/_common.py::_benchmark_common: Python GC only every 100 steps, never inside a step (the GC pauses it removes are a cause of step-time jitter)
@@ -164,6 +165,13 @@ def build_config() -> ConfigContainer:
         overlap_param_gather=True,
     )
     cfg.validation = ValidationConfig(eval_iters=0, eval_interval=None)  # mock data: no evaluation
+    cfg.profiling = ProfilingConfig(
+        use_pytorch_profiler=True,  # user: set in the recipe
+        profile_step_start=26,  # user: set in the recipe
+        profile_step_end=29,  # user: set in the recipe
+        profile_ranks=[0],  # default: schema default: rank 0 records the trace
+        pytorch_profiler_collect_shapes=False,  # default: no tensor shapes (smaller traces)
+    )
     cfg.rng = RNGConfig(seed=1234, te_rng_tracker=False)
     cfg.mixed_precision = get_mixed_precision_config('bf16_mixed')
     # the precision config writes this into the DDP config at setup: set it here, not only above

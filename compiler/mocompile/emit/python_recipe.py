@@ -108,7 +108,10 @@ def training_io(plan: Plan) -> dict[str, Any]:
                      keep=("log_interval",)) if "log_interval" in plan.settings else [
         {"field": "log_interval", "value": 1, "comment": "default"}]
     evaluate = bool(plan.get("eval_interval"))
+    profiling = _kwargs(plan, ("use_pytorch_profiler", "profile_step_start", "profile_step_end", "profile_ranks",
+                               "pytorch_profiler_collect_shapes")) if plan.get("use_pytorch_profiler") else None
     return {
+        "profiling": profiling,
         "dataset": dataset,
         "tokenizer": tokenizer,
         "checkpoint": checkpoint,

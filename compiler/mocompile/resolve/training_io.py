@@ -2,8 +2,8 @@
 
 These keys decide nothing about the parallel plan, so they are settled after it, on the
 Plan itself: ``apply(plan, doc)`` adds one Decision per Bridge field (named as in Bridge's
-``GPTDatasetConfig``, ``TokenizerConfig``, ``CheckpointConfig``, ``ValidationConfig`` and
-``LoggerConfig``), each with the position of the key that set it, so the rule catalogue can
+``GPTDatasetConfig``, ``TokenizerConfig``, ``CheckpointConfig``, ``ValidationConfig``,
+``LoggerConfig`` and ``ProfilingConfig``), each with the position of the key that set it, so the rule catalogue can
 check them and point at the user's value.
 """
 
@@ -106,6 +106,15 @@ def decisions(intent: dict[str, Any], doc: Document) -> dict[str, Decision]:
     name = (wb.get("name") or intent["name"]) if wb else None
     put("wandb_exp_name", name, ("logging", "wandb", "name"), "W&B run named after the recipe" if wb else "no W&B")
     put("wandb_entity", wb.get("entity") if wb else None, ("logging", "wandb", "entity"), "default W&B entity")
+
+    pr = intent.get("profile") if isinstance(intent.get("profile"), dict) else None
+    put("use_pytorch_profiler", pr is not None, ("profile",), "no profile")
+    put("profile_step_start", pr["start"] if pr else None, ("profile", "start"), "no profile")
+    put("profile_step_end", pr["end"] if pr else None, ("profile", "end"), "no profile")
+    put("profile_ranks", [int(r) for r in pr.get("ranks", [0])] if pr else None, ("profile", "ranks"),
+        "schema default: rank 0 records the trace" if pr else "no profile")
+    put("pytorch_profiler_collect_shapes", bool(pr.get("shapes", False)) if pr else False,
+        ("profile", "shapes"), "no tensor shapes (smaller traces)")
     return out
 
 
