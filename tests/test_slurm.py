@@ -33,6 +33,26 @@ def _directive(text: str, name: str) -> str | None:
 # --------------------------------------------------------------------------------------------------
 # fake runtime packages: just enough for the preflight's imports and version checks
 # --------------------------------------------------------------------------------------------------
+# FAKE_HYBRIDEP=segv|raise|ok decides what constructing the buffer does; FAKE_HYBRIDEP_ARGS names a file that
+# receives the constructor's arguments and the child's HybridEP environment.
+FAKE_HYBRIDEP = """import json, os, signal
+
+
+class HybridEPBuffer:
+    def __init__(self, **kwargs):
+        if os.environ.get("FAKE_HYBRIDEP_ARGS"):
+            kwargs.pop("group", None)
+            kwargs["ranks_per_domain"] = os.environ.get("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN")
+            with open(os.environ["FAKE_HYBRIDEP_ARGS"], "w") as fh:
+                json.dump(kwargs, fh)
+        mode = os.environ.get("FAKE_HYBRIDEP", "ok")
+        if mode == "segv":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if mode == "raise":
+            raise RuntimeError("fake: no NVLink peers")
+"""
+
+
 def fake_site(path: Path, torch: str | None = "2.11.0", te: str | None = "2.12.0",
               deep_ep: tuple[str, ...] | None = ("Buffer", "HybridEPBuffer"), apex: bool = True,
               emerging: str | None = "0.2.0") -> Path:
@@ -47,9 +67,16 @@ def fake_site(path: Path, torch: str | None = "2.11.0", te: str | None = "2.12.0
         (path / name / "__init__.py").write_text(body)
 
     broken = "raise ImportError('fake: not installed')\n"
-    pkg("torch", f"__version__ = {torch!r}\n" if torch else broken)
+    pkg("torch", f"__version__ = {torch!r}\nfrom . import cuda, distributed\n\n\ndef device(*args):\n    return args\n"
+        if torch else broken)
+    if torch:  # what preflight's HybridEP probe (RUN013) touches; FAKE_CUDA=1 makes a GPU visible
+        pkg("torch/cuda", "import os\n\n\ndef is_available():\n    return os.environ.get('FAKE_CUDA') == '1'\n\n\n"
+                          "def set_device(i):\n    pass\n\n\ndef synchronize():\n    pass\n")
+        pkg("torch/distributed", "def init_process_group(*a, **k):\n    pass\n\n\ndef new_group(ranks):\n    return ranks\n"
+                                 "\n\ndef destroy_process_group():\n    pass\n")
     pkg("transformer_engine", f"__version__ = {te!r}\n" if te else broken)
-    pkg("deep_ep", "".join(f"class {c}:\n    pass\n" for c in deep_ep) if deep_ep is not None else broken)
+    pkg("deep_ep", "".join(FAKE_HYBRIDEP if c == "HybridEPBuffer" else f"class {c}:\n    pass\n" for c in deep_ep)
+        if deep_ep is not None else broken)
     pkg("fused_weight_gradient_mlp_cuda", "" if apex else broken)
     if emerging is not None:  # preflight reads the distribution's version, then imports the Muon module
         pkg("emerging_optimizers", "")
@@ -162,6 +189,43 @@ def test_preflight_checks_hybridep_package_and_variables(tmp_path):
     site = fake_site(tmp_path / "c", te="1.6.0")
     proc, _ = run_preflight(script, {"PYTHON": sys.executable, "PYTHONPATH": str(site), **req["env"]})
     assert proc.returncode != 0 and f"RUN002 Transformer Engine 1.6.0 < {req['transformer_engine']}" in proc.stderr
+
+
+HYBRIDEP_PREFLIGHT = ROOT / "generated" / "qwen3-30b-a3b-h100x16-hybridep" / "preflight.sh"
+
+
+@pytest.mark.parametrize("mode,fails,says", [
+    ("segv", True, "RUN013 deep_ep.HybridEPBuffer killed its process with SIGSEGV while being constructed on one GPU"),
+    ("raise", True, "RUN013 deep_ep.HybridEPBuffer could not be constructed on one GPU: RuntimeError: fake: no NVLink peers"),
+    ("ok", False, "preflight: ok"),
+])
+def test_preflight_RUN013_constructs_the_hybridep_buffer_in_a_child(tmp_path, mode, fails, says):
+    """A DeepEP build whose HybridEP extension crashes (seen on 4x H200 and 1x H100: SIGSEGV in the
+    constructor) fails preflight in seconds instead of every rank's first MoE layer."""
+    req = _lock(HYBRIDEP_PREFLIGHT)["requirements"]
+    site = fake_site(tmp_path / "site")
+    args = tmp_path / "args.json"
+    proc, took = run_preflight(HYBRIDEP_PREFLIGHT, {"PYTHON": sys.executable, "PYTHONPATH": str(site), "FAKE_CUDA": "1",
+                                                    "FAKE_HYBRIDEP": mode, "FAKE_HYBRIDEP_ARGS": str(args),
+                                                    **_runtime_env(req, tmp_path)})
+    assert (proc.returncode != 0) is fails
+    assert says in (proc.stderr if fails else proc.stdout), proc.stderr
+    assert took < 10
+    # the buffer one MoE layer of this plan builds (Qwen3-30B-A3B: hidden 2048, 128 experts over EP 16), on a 1-rank group
+    assert json.loads(args.read_text()) == {"hidden_dim": 2048, "max_num_of_tokens_per_rank": 4096,
+                                            "num_local_experts": 8, "use_fp8": False, "ranks_per_domain": "1"}
+
+
+def test_preflight_RUN013_is_skipped_without_a_gpu_or_on_request(tmp_path):
+    req = _lock(HYBRIDEP_PREFLIGHT)["requirements"]
+    site = fake_site(tmp_path / "site")
+    env = {"PYTHON": sys.executable, "PYTHONPATH": str(site), "FAKE_HYBRIDEP": "segv", **_runtime_env(req, tmp_path)}
+    proc, _ = run_preflight(HYBRIDEP_PREFLIGHT, env)  # no CUDA device visible: nothing to probe
+    assert proc.returncode == 0 and "RUN013 skipped (no CUDA device visible)" in proc.stdout
+    proc, _ = run_preflight(HYBRIDEP_PREFLIGHT, {**env, "FAKE_CUDA": "1", "MOCOMPILE_SKIP_HYBRIDEP_PROBE": "1"})
+    assert proc.returncode == 0 and "RUN013 skipped (MOCOMPILE_SKIP_HYBRIDEP_PROBE=1)" in proc.stdout
+    # no probe for other dispatchers
+    assert "HYBRIDEP_PROBE" not in (ROOT / "generated" / "deepseek-v3-h100-deepep" / "preflight.sh").read_text()
 
 
 def test_deepep_preflight_needs_deep_ep_buffer(tmp_path):

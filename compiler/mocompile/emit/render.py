@@ -120,6 +120,12 @@ def requirements(plan: Plan) -> dict[str, Any]:
                     if k in ("CUDA_DEVICE_MAX_CONNECTIONS", "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", "USE_MNNVL")}
     return {"torch": torch_min, "transformer_engine": te_min, "dispatch_import": dispatch, "env": required_env,
             "needs_nvcc": backend == "hybridep",
+            # RUN013: the buffer one MoE layer builds, on one GPU (sizes only shape the probe's allocation)
+            "hybridep_probe": {"hidden": int(plan.model["hidden_size"]),
+                               "tokens": int(plan["seq_length"]) * int(plan["micro_batch_size"]),
+                               "local_experts": max(1, int(plan.model["num_moe_experts"])
+                                                    // int(plan["expert_model_parallel_size"]))}
+            if backend == "hybridep" else None,
             "needs_apex": bool(plan["gradient_accumulation_fusion"]),  # on only with TE and Apex (parallelism.py)
             # Megatron-Core 0.16+ builds Muon from emerging-optimizers >= 0.2 (optimizer/__init__.py)
             **({"emerging_optimizers": "0.2.0"} if plan.get("optimizer") == "muon" else {})}
@@ -162,7 +168,7 @@ def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
         **common, required_env=req["env"], torch_min=req["torch"], te_min=req["transformer_engine"],
         dispatch_import=tuple(req["dispatch_import"]) if req["dispatch_import"] else None,
         needs_nvcc=req["needs_nvcc"], needs_apex=req["needs_apex"], emerging_min=req.get("emerging_optimizers"),
-        io=preflight_io(plan)),
+        hybridep_probe=req["hybridep_probe"], io=preflight_io(plan)),
         source, ih, shebang="#!/usr/bin/env bash")
     targets = launch["targets"]
     if "torchrun" in targets:
