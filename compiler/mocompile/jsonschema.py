@@ -17,7 +17,7 @@ def _rule(r: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     desc = (r.get("meta") or {}).get("description")
     if t == "auto_int":
-        inner = {"type": "integer", "minimum": 1}
+        inner = {"type": "integer", "minimum": 1, **({"maximum": r["max"]} if "max" in r else {})}
         out = {"anyOf": [inner, {"const": "auto"}]}
     elif t == "auto_bool":
         out = {"anyOf": [{"type": "boolean"}, {"const": "auto"}]}
@@ -46,7 +46,7 @@ def _rule(r: dict[str, Any]) -> dict[str, Any]:
         out["minimum"] = r["min"]
     if "minlength" in r:
         out["minItems"] = r["minlength"]
-    if "max" in r:
+    if "max" in r and t != "auto_int":  # an auto_int's bound sits on its integer branch
         out["maximum"] = r["max"]
     if "regex" in r:
         out["pattern"] = r["regex"]

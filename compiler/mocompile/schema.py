@@ -189,8 +189,9 @@ def _describe(e: cerr.ValidationError, schema: dict[str, Any], prefix: Path) -> 
         return (f"`{dotted}` has unknown value {first!r}; allowed: {', '.join(allowed)}", hint, path, False)
     if code == cerr.MIN_VALUE.code:
         return f"`{dotted}` must be >= {e.constraint}, got {e.value!r}", "", path, False
-    if code == cerr.MAX_VALUE.code:
-        return f"`{dotted}` must be <= {e.constraint}, got {e.value!r}", "", path, False
+    if code == cerr.MAX_VALUE.code:  # the field's description says why it is bounded
+        desc = _rules_at(schema, path[len(prefix):]).get("meta", {}).get("description", "")
+        return f"`{dotted}` must be <= {e.constraint}, got {e.value!r}", desc, path, False
     if code == cerr.MIN_LENGTH.code:
         return f"`{dotted}` needs at least {e.constraint} item(s), got {len(e.value)}", "", path, False
     if code == cerr.REGEX_MISMATCH.code:

@@ -4,6 +4,10 @@ The contract every input must meet (issue 13): the compiler returns a plan (exit
 (exit 1) or a clean input error (exit 2: at least one diagnostic with a rule ID and a message),
 never anything else (exit 3, a traceback), and within a second. ``Stats`` keeps the numbers the
 terminal summary prints: inputs, inputs per second, the slowest input.
+
+``MOCOMPILE_FUZZ_LOG=FILE`` appends each input to FILE before it is compiled (``IN``) and its
+outcome, CPU time and the process's peak RSS after (``OUT``): under a memory limit, the last
+``IN`` without an ``OUT`` is an input that allocated without bound (docs/fuzz-nightly.md).
 """
 
 from __future__ import annotations
@@ -105,6 +109,10 @@ def compile_text(data: bytes | str, path: Path, sets: list[str] | None = None, u
 
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     path.write_bytes(raw)
+    log = os.environ.get("MOCOMPILE_FUZZ_LOG")
+    if log:  # written before compiling: the last IN without its OUT is the input that never ended
+        with open(log, "a") as fh:
+            fh.write(f"IN {path.relative_to(path.parents[1])} {sets!r} {raw[:120]!r}\n")
     start, cpu = time.perf_counter(), time.process_time()
     try:
         result = compile_recipe(str(path), sets, unsets)
@@ -120,6 +128,11 @@ def compile_text(data: bytes | str, path: Path, sets: list[str] | None = None, u
         raise AssertionError(f"exit 3 (internal error) on input {raw[:400]!r} sets={sets}:\n"
                              f"{traceback.format_exc()}") from None
     elapsed, used = time.perf_counter() - start, time.process_time() - cpu
+    if log:
+        import resource
+        with open(log, "a") as fh:
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+            fh.write(f"OUT {outcome} {used:.3f} s CPU, peak RSS {peak} MB\n")
     if stat is not None:
         stat.add(outcome, elapsed, used, raw.decode("utf-8", "replace") + (f" --set {sets}" if sets else ""))
     assert used < SLOW_S, f"{used:.2f} CPU s (> {SLOW_S} s) on input {raw[:400]!r} sets={sets}"
