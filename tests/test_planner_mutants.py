@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from conftest import FIXTURES, ROOT, overrides
-from mocompile import steptime
+from mocompile import memory, steptime
 from mocompile.catalogue import _defaults
 from mocompile.load import load
 from mocompile.memory import _attention_params, parameters
@@ -726,3 +726,478 @@ def test_the_gain_over_the_shipped_recipe_is_a_difference_even_when_it_is_large(
     said = re.search(r"predicted ([0-9.]+) s/step faster than the shipped",
                      p.settings["tensor_model_parallel_size"].reason)
     assert said and float(said.group(1)) == pytest.approx(2 * chosen, abs=0.006)
+
+
+
+# -- steptime: terms the planner run at 9645a81 left free ---------------------------------------------
+
+def test_optimizer_step_shards_dense_state_over_tp_pp_and_dp_and_expert_state_over_expert_dp():
+    """Adam's HBM passes over the state this GPU holds: every dense parameter (attention, dense MLP, shared
+    expert, router, embeddings) split by TP x PP and sharded over DP; experts split by EP x ETP x PP and
+    sharded over expert-DP. TP 2 x PP 2 on 16 GPUs: DP 4 and, with EP 2, expert-DP 4; on 4 GPUs both are 1."""
+    m = dict(TOY, first_k_dense=1, ffn_hidden_size=2048, shared_expert_size=256)
+    p = parameters(m)
+    dense = p["attention"] + p["dense_mlp"] + p["shared"] + p["router"] + p["embedding"]
+    rate = 2e12 * HBM
+    got = steptime.optimizer_seconds(m, HW, Candidate(tp=2, pp=2, ep=2), 16)
+    assert got == pytest.approx((dense / 4 / 4 + p["experts"] / 4 / 4) * steptime.ADAM_STEP_BYTES / rate, rel=1e-12)
+    got = steptime.optimizer_seconds(m, HW, Candidate(tp=2, pp=2, ep=2), 4)
+    assert got == pytest.approx((dense / 4 + p["experts"] / 4) * steptime.ADAM_STEP_BYTES / rate, rel=1e-12)
+
+
+def test_full_recompute_replays_every_forward_piece_and_the_all_to_all():
+    """Full recompute replays the whole forward of each layer: attention GEMMs and core, routed and shared
+    experts with the router, elementwise work (half of it on a dense layer), the dense MLP; and the
+    all-to-all's forward half again (x 1.5)."""
+    m = dict(TOY, first_k_dense=1, ffn_hidden_size=2048, shared_expert_size=256)
+    b = Batch(1024, 1, 2, force_balance=True)
+    full = ("full", None, "uniform", 1)
+    e = est(Candidate(recompute=full), b, 1, m)
+    f = layer_forward(m, 1024, 1024)
+    moe_rc = f["attn"] + f["core"] + f["experts"] + f["shared"] + f["elem"]
+    dense_rc = f["attn"] + f["core"] + f["dense"] + 0.5 * f["elem"]
+    assert e.terms["recompute"] == pytest.approx(2 * (3 * moe_rc + dense_rc), rel=1e-9)
+    plain = est(Candidate(ep=2), b, 2, m).terms["a2a_total"]
+    assert plain > 0
+    assert est(Candidate(ep=2, recompute=full), b, 2, m).terms["a2a_total"] == pytest.approx(1.5 * plain, rel=1e-12)
+
+
+def test_the_overlapped_schedule_waits_once_per_moe_layer_and_micro_batch():
+    """overlap_sync_s per MoE (and MTP) layer of the stage, per micro-batch; dense layers are not split;
+    without an all-to-all (EP 1, which OVL001 rejects with overlap anyway) nothing is overlapped or split."""
+    b = Batch(1024, 1, 8, force_balance=True)                           # EP 2 on 2 GPUs: DP 2, 4 micro-batches
+    for m, moe_layers in ((TOY, 4), (dict(TOY, first_k_dense=1, ffn_hidden_size=2048), 3),
+                          (dict(TOY, mtp_num_layers=1), 5)):
+        off = est(Candidate(ep=2, overlap=True), b, 2, m, overlap_sync_s=0.0)
+        on = est(Candidate(ep=2, overlap=True), b, 2, m, overlap_sync_s=1e-3)
+        assert on.num_microbatches == 4
+        assert on.terms["overlap_slowdown"] - off.terms["overlap_slowdown"] == pytest.approx(4 * moe_layers * 1e-3)
+    # PP 2 x VPP 2: a stage's share of the layers, ceil(6 units / 4) * 2 / 6 = 2/3 (16 x 1 / DP 4 = 4 micro-batches)
+    b16 = Batch(1024, 1, 16, force_balance=True)
+    off = est(Candidate(pp=2, vpp=2, ep=4, overlap=True), b16, 8, overlap_sync_s=0.0)
+    on = est(Candidate(pp=2, vpp=2, ep=4, overlap=True), b16, 8, overlap_sync_s=1e-3)
+    assert on.terms["overlap_slowdown"] - off.terms["overlap_slowdown"] == pytest.approx(4 * 4 * 2 / 3 * 1e-3)
+    none = est(Candidate(overlap=True), b, 1, overlap_sync_s=1e-3)
+    assert none.terms["a2a_total"] == 0.0 and none.terms["overlap_slowdown"] == 0.0
+
+
+def test_host_time_counts_dense_layers_too():
+    """Every layer costs the host its per-layer time, dense ones included (3 MoE + 1 dense here)."""
+    m = dict(TOY, first_k_dense=1, ffn_hidden_size=2048)
+    b = Batch(1024, 1, 2, force_balance=True)
+    e = est(Candidate(), b, 1, m, host_s_per_layer=1e-3)
+    gpu = gpu_time(e)
+    host = 4 * 1e-3
+    assert host > gpu
+    assert e.terms["host_bound"] == pytest.approx(2 * ((gpu ** 4 + host ** 4) ** 0.25 - gpu), rel=1e-9)
+
+
+def test_cp_ring_passes_the_kv_of_every_other_rank():
+    """CP 4: each rank receives the KV of the 3 others (CP - 1), 3 passes, minus what the core hides."""
+    slow = hw(nvlink_gbps=1.0)
+    s, b = 4096, Batch(4096, 1, 4, force_balance=True)
+    tokens = s / 4
+    kv = tokens * 2 * 4 * 64 * 2.0 * 3
+    core = layer_forward(TOY, s, tokens, h=slow)["core"]
+    e = est(Candidate(cp=4), b, 4, h=slow)                              # DP 1: 4 micro-batches
+    assert e.num_microbatches == 4
+    ring = 3 * kv / (1.0e9 * COLL) - 3 * core
+    assert ring > 0
+    assert e.terms["tp_cp"] == pytest.approx(4 * 4 * ring, rel=1e-9)
+
+
+def test_fp8_quantisation_reads_the_attention_gradient_width_unrounded():
+    """The backward operand count attention_params / h is a mean width, not a whole number: with MLA at
+    h = 1000 it is fractional (here 3719.2...)."""
+    m = dict(TOY, hidden_size=1000, attention="mla", q_lora_rank=384, kv_lora_rank=256)
+    h, f_e, k = 1000, 512, 2
+    assert _attention_params(m) % h != 0
+    b = Batch(1024, 1, 2, "fp8-cs", force_balance=True)
+    q1 = est(Candidate(), b, 1, m, fp8_quant_bytes=1.0).terms["compute"]
+    q0 = est(Candidate(), b, 1, m, fp8_quant_bytes=0.0).terms["compute"]
+    per_token = h + 16 * 64 + k * (h + f_e) + _attention_params(m) / h + k * (2 * f_e + h)
+    assert q1 - q0 == pytest.approx(2 * 4 * 3 * 1024 * per_token / (2e12 * HBM), rel=1e-9)
+
+
+# -- memory: the Estimator's terms (memory.py), stated from its docstring's accounting ---------------------
+
+def mem_cfg(**over):
+    """Flat settings for memory.Estimator: one node of 8 GPUs, TE, Adam, fp32 gradient buffer, forced balance."""
+    return dict(dict(world_size=8, seq_length=1024, micro_batch_size=1, global_batch_size=8, tensor_model_parallel_size=1,
+                     pipeline_model_parallel_size=1, virtual_pipeline_model_parallel_size=None,
+                     expert_model_parallel_size=1, expert_tensor_parallel_size=1, context_parallel_size=1,
+                     recompute_granularity=None, recompute_modules=None, overlap_moe_expert_parallel_comm=False,
+                     moe_token_dispatcher_type="alltoall", moe_flex_dispatcher_backend=None,
+                     hybridep_ranks_per_domain=None, cuda_graph_impl="none", transformer_impl="transformer_engine",
+                     fp8=None, fp4=None, optimizer="adam", grad_reduce_in_fp32=True,
+                     moe_router_force_load_balancing=True, gradient_accumulation_fusion=True), **over)
+
+
+# TOY's per-layer counts: attention h*(q + 2 kv) + q*h with q = 16*64, kv = 4*64; router h*E; experts 3*h*f*E.
+TOY_ATTN = 1024 * (1024 + 2 * 256) + 1024 * 1024
+TOY_EXPERTS = 3 * 1024 * 512 * 8
+
+
+def test_parameter_counts_by_kind_with_a_dense_layer_a_shared_expert_and_a_plain_mlp():
+    """Two matrices per MLP without a gated unit (g = 2); dense MLPs only on the first_k_dense layers; shared
+    expert, router and routed experts on the others; untied input embedding and output layer (2 h V)."""
+    m = dict(TOY, first_k_dense=1, ffn_hidden_size=2048, shared_expert_size=256, gated_linear_unit=False)
+    p = memory.parameters(m)
+    assert p == {"attention": TOY_ATTN * 4, "dense_mlp": 2 * 1024 * 2048 * 1, "shared": 2 * 1024 * 256 * 3,
+                 "router": 1024 * 8 * 3, "experts": 2 * 1024 * 512 * 8 * 3, "embedding": 2 * 1024 * 1000}
+    assert memory.parameters(TOY)["experts"] == TOY_EXPERTS * 4                     # gated: 3 matrices
+
+
+def test_mla_projection_parameters():
+    """MLA: q down (h x q_lora), q up (q_lora x heads*(nope+rope)), kv down + shared rope key (h x (kv_lora+rope)),
+    kv up for k_nope and v (kv_lora x heads*(nope+v)), output (heads*v x h); nope 128, rope 64."""
+    m = dict(TOY, attention="mla", q_lora_rank=384, kv_lora_rank=256)
+    h, heads, v = 1024, 16, 64
+    want = h * 384 + 384 * heads * 192 + h * (256 + 64) + 256 * heads * (128 + v) + heads * v * h
+    assert _attention_params(m) == want
+    assert _attention_params(dict(TOY, attention="mla")) == \
+        h * 1536 + 1536 * heads * 192 + h * 576 + 512 * heads * 192 + heads * v * h    # DeepSeek's ranks by default
+
+
+def test_activation_bytes_per_token_and_what_each_recompute_module_frees():
+    """Per token and layer, bf16: attention keeps 10 h plus Q, K, V (2 (q + 2 kv)); an MoE layer 4 h, 5 bytes per
+    expert of router state and, per routed copy (k times the imbalance), 2 h + 6 f; a dense layer 2 h + 6 ffn.
+    Recomputing core_attn (or mla_up_proj) drops Q/K/V, layernorm 4 h, moe_act 2 f per routed copy, moe the whole
+    MoE block (2 h input left), shared_experts the shared block's 6 s, mlp the dense block's 6 ffn; full keeps 2 h."""
+    h, f, q, kv = 1024, 512, 1024, 256
+    qkv = 2 * (q + 2 * kv)
+    attn = 10 * h + qkv
+    per = memory._act_bytes_per_token
+    moe = 4 * h + 5 * 8 + 2 * 1.0 * (2 * h + 6 * f)
+    assert per(TOY, True, (), False) == attn + moe
+    natural = 4 * h + 5 * 8 + 2 * memory.ROUTING_IMBALANCE * (2 * h + 6 * f)
+    assert per(TOY, False, (), False) == pytest.approx(attn + natural)
+    assert per(TOY, None, (), False) == pytest.approx(attn + natural)           # unset: natural routing
+    assert per(TOY, True, ("core_attn",), False) == attn - qkv + moe
+    assert per(TOY, True, ("mla_up_proj",), False) == attn - qkv + moe
+    assert per(TOY, True, ("layernorm",), False) == attn - 4 * h + moe
+    assert per(TOY, True, ("moe_act",), False) == attn + moe - 2 * 2 * f
+    assert per(TOY, True, ("moe",), False) == attn + 2 * h
+    assert per(TOY, True, ("core_attn",), True) == 2 * h
+    m = dict(TOY, first_k_dense=1, ffn_hidden_size=2048, shared_expert_size=256)
+    moe_s = moe + 2 * h + 6 * 256
+    dense = 2 * h + 6 * 2048
+    assert per(m, True, (), False) == pytest.approx(attn + 0.75 * moe_s + 0.25 * dense)
+    assert per(m, True, ("shared_experts",), False) == pytest.approx(attn + 0.75 * (moe + 2 * h) + 0.25 * dense)
+    assert per(m, True, ("mlp",), False) == pytest.approx(attn + 0.75 * moe_s + 0.25 * 2 * h)
+
+
+def test_weights_gradients_and_adam_state_per_shard():
+    """bf16 weight (2) + fp32 gradient buffer (4) + Adam 12 B sharded over DP (dense) or expert-DP (experts).
+    8 GPUs, EP 2: DP 8, EDP 4. With PP 2 a stage holds ceil(5/2) = 3 of 5 layers and half the embedding pair;
+    the router is not split by TP."""
+    est = memory.Estimator(TOY, mem_cfg())
+    dp, layers, dense, experts, weights, unfused = est._weights_of(1, 1, 1, 2, 1)
+    p = memory.parameters(TOY)
+    assert (dp, layers, unfused) == (8, 4, 0.0)
+    assert dense == p["attention"] + p["router"] + p["embedding"]
+    assert experts == p["experts"] / 2
+    assert weights == pytest.approx(dense * (6 + 12 / 8) + experts * (6 + 12 / 4))
+    m5 = dict(TOY, num_layers=5)
+    p5 = memory.parameters(m5)
+    est = memory.Estimator(m5, mem_cfg(world_size=16))
+    dp, layers, dense, experts, weights, _ = est._weights_of(2, 2, 1, 2, 2)     # DP 4, EDP 2
+    assert (dp, layers) == (4, 3)
+    assert dense == pytest.approx(p5["attention"] * 0.6 / 2 + p5["router"] * 0.6 + p5["embedding"] / 2 / 2)
+    assert experts == pytest.approx(p5["experts"] * 0.6 / 4)
+    assert weights == pytest.approx(dense * (6 + 12 / 4) + experts * (6 + 12 / 2))
+    bf16 = memory.Estimator(m5, mem_cfg(world_size=16, grad_reduce_in_fp32=False))._weights_of(2, 2, 1, 2, 2)[4]
+    assert bf16 == pytest.approx(dense * (4 + 12 / 4) + experts * (4 + 12 / 2))    # gradients reduced in bf16
+
+
+def test_expert_state_on_every_gpu_when_ep_spans_the_world():
+    """EP 8 on 8 GPUs: expert-DP 1, so each GPU holds its experts' whole Adam state (6 + 12 bytes)."""
+    est = memory.Estimator(TOY, mem_cfg())
+    dp, _, dense, experts, weights, _ = est._weights_of(1, 1, 1, 8, 1)
+    assert dp == 8
+    assert weights == pytest.approx(dense * (6 + 12 / 8) + experts * (6 + 12))
+
+
+def test_muon_keeps_adam_only_on_the_embedding_share():
+    """Muon: 8 bytes of state per parameter, Adam's 12 on the embeddings and output layer (the whole pair on one
+    stage without PP, half of it, the output layer or the embedding, per stage with PP)."""
+    est = memory.Estimator(TOY, mem_cfg(optimizer="muon"))
+    _, _, dense, experts, weights, _ = est._weights_of(1, 1, 1, 2, 1)
+    emb = memory.parameters(TOY)["embedding"] / dense
+    assert weights == pytest.approx(dense * (6 + (8 * (1 - emb) + 12 * emb) / 8) + experts * (6 + 8 / 4))
+    dp, _, dense, experts, weights, _ = est._weights_of(1, 2, 1, 2, 1)        # DP 4, EDP 2
+    emb = memory.parameters(TOY)["embedding"] / 2 / dense
+    assert weights == pytest.approx(dense * (6 + (8 * (1 - emb) + 12 * emb) / 4) + experts * (6 + 8 / 2))
+
+
+def test_unfused_weight_gradients_are_one_layer_plus_half_the_embedding_pair():
+    """Without gradient_accumulation_fusion each layer's local weight gradients exist as a bf16 tensor: one
+    layer (attention over TP, shared + router per MoE layer over TP, experts per MoE layer over EP*ETP) plus
+    the output layer (half of the embedding pair, over TP), 2 bytes each."""
+    m = dict(TOY, first_k_dense=1, ffn_hidden_size=2048, shared_expert_size=256)
+    p = memory.parameters(m)
+    est = memory.Estimator(m, mem_cfg(world_size=16, gradient_accumulation_fusion=False))
+    unfused = est._weights_of(2, 1, 1, 2, 2)[5]
+    layer = (p["attention"] / 4 + (p["shared"] + p["router"]) / 3) / 2 + p["experts"] / 3 / 4
+    assert unfused == pytest.approx(2.0 * (layer + p["embedding"] / 2 / 2))
+
+
+def test_activations_in_flight_per_schedule_and_the_last_stage_with_logits():
+    """Tokens per GPU s*b/(TP*CP); the first stage keeps min(PP, micro-batches) in flight, interleaving adds
+    (PP-1)/(PP*VPP) of one, EP overlap 0.15 (PP 1) or 1/VPP more; the last stage keeps one micro-batch (1.15
+    with overlap) plus fp32 logits and their gradient (8 B x V per token); the larger of the two is the peak;
+    TE's fused kernels keep 0.95 of both."""
+    te = memory.TE_ACTIVATION_FACTOR
+    per_tok = memory._act_bytes_per_token(TOY, True, (), False)
+    logits_full = 1024 * 1000 * 8
+    est = memory.Estimator(TOY, mem_cfg(global_batch_size=8))
+    tokens, inflight, acts, logits = est._acts_of(1, 1, 1, 1, 8, 4, None, (), False)      # DP 8: 1 micro-batch
+    assert (tokens, inflight) == (1024, 1)
+    assert acts == pytest.approx(per_tok * 1024 * 4 * te)
+    assert logits == pytest.approx(logits_full * te)
+    _, inflight, acts, _ = est._acts_of(1, 1, 1, 1, 8, 4, None, (), True)
+    assert inflight == pytest.approx(1.15)
+    assert acts == pytest.approx(per_tok * 1024 * 4 * 1.15 * te)
+    # TP 2, CP 2 on 8 GPUs: 256 tokens per GPU; logits over TP*CP too
+    tokens, _, acts, logits = est._acts_of(2, 1, 1, 2, 2, 4, None, (), False)
+    assert tokens == 256
+    assert logits == pytest.approx(logits_full / 4 * te)
+    # PP 4, DP 2, 16 micro-batches: the first stage holds 4 of them, 1 layer each
+    deep = memory.Estimator(TOY, mem_cfg(global_batch_size=32))
+    _, inflight, acts, logits = deep._acts_of(1, 4, 1, 1, 2, 1, None, (), False)
+    assert inflight == 4
+    assert (acts, logits) == (pytest.approx(per_tok * 1024 * 4 * te), 0.0)            # 4 in flight > 1 + logits
+    _, inflight, _, _ = deep._acts_of(1, 4, 2, 1, 2, 1, None, (), False)
+    assert inflight == pytest.approx(4 * (1 + 3 / 8))
+    _, inflight, _, _ = deep._acts_of(1, 4, 2, 1, 2, 1, None, (), True)
+    assert inflight == pytest.approx(4 * (1 + 3 / 8) + 1 / 2)
+    # PP 2 with only 1 micro-batch: one in flight, so the last stage (one + logits) is the peak
+    one = memory.Estimator(TOY, mem_cfg(global_batch_size=4))
+    _, inflight, acts, logits = one._acts_of(1, 2, 1, 1, 4, 2, None, (), False)
+    assert inflight == 1
+    assert (acts, logits) == (pytest.approx(per_tok * 1024 * 2 * te), pytest.approx(logits_full * te))
+    # EP overlap with PP 2, VPP 1 adds a whole micro-batch (1/VPP) to the first stage: 2 in flight there beat
+    # the last stage's 1.15 + logits
+    _, inflight, acts, logits = one._acts_of(1, 2, 1, 1, 4, 2, None, (), True)
+    assert inflight == 2
+    assert (acts, logits) == (pytest.approx(per_tok * 1024 * 2 * 2 * te), 0.0)
+    # a large vocabulary tips it to the last stage, which keeps 1.15 micro-batches (overlap) plus the logits
+    big = dict(TOY, vocab_size=64000)
+    _, _, acts, logits = memory.Estimator(big, mem_cfg(global_batch_size=4))._acts_of(1, 2, 1, 1, 4, 2, None, (), True)
+    assert (acts, logits) == (pytest.approx(per_tok * 1024 * 2 * 1.15 * te), pytest.approx(1024 * 64000 * 8 * te))
+
+
+def test_full_recompute_keeps_layer_inputs_and_one_rematerialised_layer():
+    est = memory.Estimator(TOY, mem_cfg())
+    _, _, acts, _ = est._acts_of(1, 1, 1, 1, 8, 4, "full", (), False)
+    per_tok = memory._act_bytes_per_token(TOY, True, (), False)
+    assert acts == pytest.approx((2 * 1024 * 1024 * 4 + per_tok * 1024) * memory.TE_ACTIVATION_FACTOR)
+
+
+def test_local_spec_keeps_the_unfused_softmax_and_no_te_factor():
+    """Megatron's local spec: 2.5 bytes per attention score (heads/TP x (s/CP)^2 x b) unless core attention is
+    recomputed (or the whole layer); no TE factor."""
+    est = memory.Estimator(TOY, mem_cfg(transformer_impl="local"))
+    per_tok = memory._act_bytes_per_token(TOY, True, (), False)
+    _, _, acts, logits = est._acts_of(2, 1, 1, 1, 4, 4, None, (), False)
+    scores = memory.ATTN_SCORE_BYTES * 16 / 2 * 1024 ** 2
+    assert acts == pytest.approx((per_tok * 512 + scores) * 4)
+    assert logits == 1024 * 1000 * 8 / 2
+    _, _, acts, _ = est._acts_of(2, 1, 1, 1, 4, 4, "selective", ("core_attn",), False)
+    assert acts == pytest.approx(memory._act_bytes_per_token(TOY, True, ("core_attn",), False) * 512 * 4)
+
+
+def test_fp8_and_fp4_keep_gemm_inputs_in_their_low_precision_copy():
+    """TE FP8 (FP4) keeps the QKV and projection inputs (2 h + 2 q bytes at bf16) and each routed copy's fc1
+    and fc2 inputs (2 (h + f)), MoE layers only, in 1 byte (FP4 ~0.5): 0.5 (0.75) of those bytes saved; with
+    moe recomputed only the attention inputs; not under full recompute."""
+    m = dict(TOY, first_k_dense=1, ffn_hidden_size=2048)
+    te = memory.TE_ACTIVATION_FACTOR
+    base = memory.Estimator(m, mem_cfg())._acts_of(1, 1, 1, 1, 8, 4, None, (), False)[2]
+    gemm_in = 2 * 1024 + 2 * 1024 + 2 * 1.0 * 2 * (1024 + 512) * 3 / 4
+    fp8 = memory.Estimator(m, mem_cfg(fp8="hybrid"))._acts_of(1, 1, 1, 1, 8, 4, None, (), False)[2]
+    assert base - fp8 == pytest.approx(0.5 * gemm_in * 1024 * 4 * te)
+    fp4 = memory.Estimator(m, mem_cfg(fp4="nvfp4"))._acts_of(1, 1, 1, 1, 8, 4, None, (), False)[2]
+    assert base - fp4 == pytest.approx(0.75 * gemm_in * 1024 * 4 * te)
+    nat = memory.Estimator(m, mem_cfg(fp8="hybrid", moe_router_force_load_balancing=False))
+    natural_base = memory.Estimator(m, mem_cfg(moe_router_force_load_balancing=False))._acts_of(
+        1, 1, 1, 1, 8, 4, None, (), False)[2]
+    gemm_nat = 2 * 1024 + 2 * 1024 + 2 * memory.ROUTING_IMBALANCE * 2 * (1024 + 512) * 3 / 4
+    assert natural_base - nat._acts_of(1, 1, 1, 1, 8, 4, None, (), False)[2] == pytest.approx(0.5 * gemm_nat * 1024 * 4 * te)
+    moe_base = memory.Estimator(m, mem_cfg())._acts_of(1, 1, 1, 1, 8, 4, "selective", ("moe",), False)[2]
+    moe_fp8 = memory.Estimator(m, mem_cfg(fp8="hybrid"))._acts_of(1, 1, 1, 1, 8, 4, "selective", ("moe",), False)[2]
+    assert moe_base - moe_fp8 == pytest.approx(0.5 * 4 * 1024 * 1024 * 4 * te)
+    full = [memory.Estimator(m, mem_cfg(**k))._acts_of(1, 1, 1, 1, 8, 4, "full", (), False)[2] for k in ({}, {"fp8": "hybrid"})]
+    assert full[0] == full[1]
+    local = [memory.Estimator(m, mem_cfg(transformer_impl="local", **k))._acts_of(1, 1, 1, 1, 8, 4, None, (), False)[2]
+             for k in ({}, {"fp8": "hybrid"})]
+    assert local[0] == local[1]                                                   # only TE keeps the FP8 copy
+
+
+def test_dispatcher_buffers():
+    """DeepEP: 1 GiB, plus 1 GiB of RDMA buffer once the EP group leaves the NVLink domain. HybridEP: room for
+    every token of its ranks per domain times the domains, bf16 hidden plus fp32 routing per local expert."""
+    gib = memory.GIB
+    est = memory.Estimator(TOY, mem_cfg(nvlink_domain=8))
+    assert est._buffers(8, 1, "deepep", None) == 1 * gib
+    assert est._buffers(4, 4, "deepep", None) == 2 * gib
+    assert est._buffers(8, 1, None, None) == 0.0
+    tokens = 1024 * 8 * 1
+    assert est._buffers(8, 1, "hybridep", None) == tokens * 1024 * 2 + tokens * 1 * 4
+    tokens = 1024 * 4 * 2                                                          # 4 ranks a domain, 2 domains
+    assert est._buffers(4, 2, "hybridep", 4) == tokens * 1024 * 2 + tokens * 2 * 4
+    assert est._buffers(2, 1, "hybridep", 4) == 1024 * 4 * 1024 * 2 + 1024 * 4 * 4 * 4   # at least one domain
+
+
+def test_cuda_graph_buffers():
+    """Full-iteration graphs: half the activations more. Scoped TE graphs: 4 hidden-sized bf16 tensors per token
+    per graphed scope kind (moe_*, attn), per layer on the rank, per instance (2 under EP overlap)."""
+    est = memory.Estimator(TOY, mem_cfg())
+    assert est._graphs("full_iteration", 1000.0, 4, False, 512) == 500.0
+    assert est._graphs("none", 1000.0, 4, True, 512) == 0.0
+    # Megatron's own per-layer graphs (impl local) keep static buffers the same way
+    assert est._graphs("local", 1000.0, 4, False, 512) == 4 * 1 * 4 * 1 * 512 * 1024 * 2
+    assert est._graphs("transformer_engine", 1000.0, 4, False, 512) == 4 * 1 * 4 * 1 * 512 * 1024 * 2
+    assert est._graphs("transformer_engine", 1000.0, 3, True, 512) == 4 * 1 * 3 * 2 * 512 * 1024 * 2
+    both = memory.Estimator(TOY, mem_cfg(cuda_graph_modules=["attn", "moe_router"]))
+    assert both._graphs("transformer_engine", 1000.0, 4, False, 512) == 4 * 2 * 4 * 1 * 512 * 1024 * 2
+    other = memory.Estimator(TOY, mem_cfg(cuda_graph_modules=["mamba"]))
+    assert other._graphs("transformer_engine", 1000.0, 4, False, 512) == 4 * 1 * 4 * 1 * 512 * 1024 * 2
+
+
+def test_the_estimate_sums_its_parts_and_reads_the_candidate_from_the_settings():
+    """Allocated = weights + activations + logits + graph buffers + unfused gradients; total adds dispatcher
+    buffers and 0.5 GiB of NCCL/CUDA context; GiB rounded to 0.01. The backend counts only with the flex
+    dispatcher, recompute modules only with selective recompute."""
+    gib = memory.GIB
+    c = mem_cfg(world_size=16, tensor_model_parallel_size=2, expert_model_parallel_size=4,
+                moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="deepep", cuda_graph_impl="transformer_engine",
+                overlap_moe_expert_parallel_comm=True, gradient_accumulation_fusion=False, seq_length=4096)
+    est = memory.Estimator(TOY, c)
+    dp, layers, dense, experts, weights, unfused = est._weights_of(2, 1, 1, 4, 1)
+    tokens, inflight, acts, logits = est._acts_of(2, 1, 1, 1, dp, layers, None, (), True)
+    graphs = est._graphs("transformer_engine", acts, layers, True, tokens)
+    allocated = weights + acts + logits + graphs + unfused
+    out = memory.estimate(TOY, c)
+    assert out["estimate_gib"] == round(allocated / gib, 2)
+    assert out["total_gib"] == round((allocated + gib + 0.5 * gib) / gib, 2)
+    assert out["dispatcher_buffers_gib"] == 1.0
+    assert out["params_per_gpu_m"] == round((dense + experts) / 1e6, 1)
+    assert out["in_flight_microbatches"] == 1.15
+    for name, raw in (("weights_and_optimizer_gib", weights), ("activations_gib", acts), ("logits_gib", logits),
+                      ("graph_buffers_gib", graphs)):
+        assert out[name] == round(raw / gib, 2), name
+    assert memory.estimate(TOY, dict(c, moe_token_dispatcher_type="alltoall"))["dispatcher_buffers_gib"] == 0.0
+    sel = dict(c, recompute_granularity="selective", recompute_modules=["moe"])
+    assert memory.estimate(TOY, sel)["activations_gib"] < out["activations_gib"]
+    assert memory.estimate(TOY, dict(sel, recompute_granularity=None)) == out      # modules ignored without selective
+    assert memory.estimate(TOY, dict(c, cuda_graph_impl=None))["graph_buffers_gib"] == 0.0
+
+
+# -- search: contracts the planner run at 9645a81 left free ---------------------------------------------
+
+def test_the_memory_hot_path_reads_selective_recompute_modules():
+    """Scorer.memory and Scorer.total_gib pass a selective rung's modules to the estimate, as settings does."""
+    ctx = ctx_of(RECIPES / "qwen3-30b-a3b-h100x16-hybridep.yaml")
+    sc = search.Scorer(ctx)
+    none = sc.memory(Candidate(ep=4))["activations_gib"]
+    for mods in (("core_attn",), ("moe_act", "layernorm"), ("moe",)):
+        cand = Candidate(ep=4, recompute=("selective", mods, None, None))
+        assert sc.memory(cand) == memory.estimate(ctx.model, sc.config(cand)), mods
+        assert sc.total_gib(cand) == sc.memory(cand)["total_gib"], mods
+        assert sc.memory(cand)["activations_gib"] < none, mods
+
+
+def test_effects_price_each_other_dispatcher_once():
+    """The dispatcher alternatives named in the reason: every offered dispatcher but the winner's, in order."""
+    ctx = ctx_of(FIXTURES / "rule_base.yaml", **{"hardware.gpu": "h100", "hardware.nodes": 2})
+    offered = ["alltoall"] + [b for b in search.FLEX if b in ctx["gpu_flex_backends"]]
+    assert len(offered) >= 2
+    sc = search.Scorer(ctx)
+    for disp in offered:
+        w = sc.score(Candidate(ep=8, dispatcher=disp))
+        parts = search.effects(ctx, w)["dispatcher"].split("; ")
+        assert [p.split(" ")[0] for p in parts] == [d for d in offered if d != disp], disp
+        for p in parts:
+            assert re.fullmatch(r"\w+ (illegal or does not fit|[+-][0-9]+\.[0-9]{2} s)", p), p
+
+
+def test_min_gpus_stops_at_the_limit():
+    """Nothing fits on at most half the smallest count that fits: with that limit the answer is None."""
+    ctx = ctx_of(**{"model.base": "deepseek-v3", "hardware.gpus_per_node": 8, "goal": "fit"})
+    n = search.min_gpus_that_fit(ctx)
+    assert n is not None and n >= 32
+    assert search.min_gpus_that_fit(ctx, limit_gpus=n // 2) is None
+    assert search.min_gpus_that_fit(ctx, limit_gpus=n) == n
+
+
+def test_a_shipped_recipe_fits_up_to_the_whole_gpu_memory(tmp_path):
+    """A shipped recipe is measured to run, so no headroom applies to it: it fits while its estimate is at
+    most the GPU's memory, equality included."""
+    path = tmp_path / "q30.yaml"
+    path.write_text(HEADLINE)
+    first = search._search(ctx_of(path))
+    total = first.anchor.mem["total_gib"]
+    ctx = ctx_of(path)
+    ctx.hw["memory_gib"] = total
+    assert search._search(ctx).anchor.fits is True
+    ctx = ctx_of(path)
+    ctx.hw["memory_gib"] = total - 0.01
+    assert search._search(ctx).anchor.fits is False
+
+
+def test_a_pinned_recompute_granularity_gives_the_shipped_recipe_its_lightest_rung(tmp_path):
+    path = tmp_path / "q30.yaml"
+    path.write_text(HEADLINE + "recompute: {granularity: selective}\n")
+    ctx = ctx_of(path)
+    cand = search.anchor_candidate(ctx, search.match_anchor(ctx))
+    rungs = search._rungs(ctx, cand.overlap)
+    assert len(rungs) > 1 and all(r[0] == "selective" for r in rungs)
+    assert cand.recompute == rungs[0]
+
+
+def test_a_layouts_stand_in_takes_the_default_knobs_of_its_whole_ep_group(monkeypatch):
+    """Stage 1 gives each layout the default knobs of its EP group ETP x EP (EP 2 x ETP 2: a group of 4)."""
+    ctx = ctx_of(FIXTURES / "rule_base.yaml", **{"hardware.gpu": "h100", "hardware.nodes": 2,
+                                                  "parallelism.ep": 2, "parallelism.etp": 2})
+    knobs = search._knobs(ctx)
+    group4 = search._default_knob(ctx, knobs, 4)
+    assert group4 != search._default_knob(ctx, knobs, 1)
+    seen = []
+    score = search.Scorer.score
+    monkeypatch.setattr(search.Scorer, "score", lambda self, cand, anchor=None: seen.append(cand) or score(self, cand, anchor))
+    search._search(ctx)
+    first = seen[0]
+    assert (first.ep, first.etp) == (2, 2)
+    assert (first.dispatcher, first.overlap, first.delay_wgrad, first.graphs) == group4
+
+
+def test_layouts_that_do_not_fit_are_scored_only_when_too_few_fit(monkeypatch):
+    """Stage 1 scores a layout that does not fit only when fewer than LAYOUT_SHORTLIST fit (or for goal fit):
+    with enough fitting layouts every layout scored once (stage 1 only) fits. Qwen3-30B-A3B on 32 H100s: 41
+    layouts fit with their stand-in knobs, 32 do not."""
+    ctx = ctx_of(FIXTURES / "rule_base.yaml", **{"model.base": "qwen3-30b-a3b", "hardware.gpu": "h100", "hardware.nodes": 4})
+    seen = []
+    score = search.Scorer.score
+
+    def record(self, cand, anchor=None):
+        s = score(self, cand, anchor)
+        seen.append(s)
+        return s
+    monkeypatch.setattr(search.Scorer, "score", record)
+    search._search(ctx)
+    by_layout = {}
+    for s in seen:
+        by_layout.setdefault((s.cand.tp, s.cand.pp, s.cand.vpp, s.cand.ep, s.cand.etp, s.cand.cp), []).append(s)
+    once = [v[0] for v in by_layout.values() if len(v) == 1]
+    assert sum(s.fits for s in once) >= search.LAYOUT_SHORTLIST
+    sc = search.Scorer(ctx)
+    rungs = {ov: search._rungs(ctx, ov) for ov in (False, True)}
+    knobs = search._knobs(ctx)
+    unfit = 0
+    for lay in search.layouts_for(ctx, sc.world):
+        d = search._default_knob(ctx, knobs, lay.ep * lay.etp)
+        c = search._stand_in(sc, Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, d[0], d[1], d[2], (None,) * 4, d[3]), search._frugal_knob(knobs), rungs)
+        unfit += sc.total_gib(c) > sc.limit
+    assert unfit > 0                                                      # some layouts do not fit here
+    assert all(s.fits for s in once)
