@@ -21,7 +21,12 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PY="${PYTHON:-$ROOT/.venv-mut/bin/python}"
 if [[ -z "${PYTHON:-}" && ! -x "$PY" ]]; then
-  python3.12 -m venv "$ROOT/.venv-mut"
+  # Python 3.12: a pyenv shim needs its version pinned (as tests/stack/setup.sh does); else python3.12 on PATH
+  if PYENV_VERSION=3.12.1 python3.12 -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then
+    PYENV_VERSION=3.12.1 python3.12 -m venv "$ROOT/.venv-mut"
+  else
+    python3.12 -m venv "$ROOT/.venv-mut"
+  fi
 fi
 N_STEPTIME="${N_STEPTIME:-300}" N_SEARCH="${N_SEARCH:-80}" N_DECIDE="${N_DECIDE:-60}" N_MEMORY="${N_MEMORY:-80}"
 SCRATCH="${1:-$(mktemp -d -t mocompile-mutation-planner-XXXXXX)}"
