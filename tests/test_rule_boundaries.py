@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 from typing import Any
 
 import pytest
@@ -332,6 +333,9 @@ BOUNDARIES = [
     ("LOG001", dict(log_interval=101), dict(log_interval=100)),
     ("LOG001", dict(log_interval=2, train_iters=1), dict(log_interval=None, train_iters=1)),
     ("CKPT007", dict(load="/ckpt", save="/ckpt", te_version=None), dict(load="/ckpt", save="/ckpt")),
+    # MOE003: a dense prefix must leave at least one MoE layer (7 of 8 passes, 8 of 8 fails).
+    ("MOE003", dict(first_k_dense=8, num_layers=8), dict(first_k_dense=7, num_layers=8)),
+    ("MOE003", dict(first_k_dense=9, num_layers=8), dict(first_k_dense=None, num_layers=8)),
     # PROF: torch's schedule needs end - start >= 1; the stop runs only at step == end (<= train_iters);
     # a rank outside the job records nothing; without a TensorBoard folder the trace lands in ./torch_profile.
     ("PROF001", dict(PROFILE, profile_step_start=4, profile_step_end=4),
@@ -521,3 +525,63 @@ def test_every_message_placeholder_has_a_value(base):
     for rule in by_id().values():
         text = rule.message.format_map(_Safe(ctx))
         assert "{" not in text, f"{rule.id}: {text}"
+
+
+def _derive_stage_by_stage(pp, vpp, num_layers, mtp):
+    """``derive`` as it was before a808d29: size every stage, list them all, fold equal neighbours."""
+    n = pp * vpp
+    base, extra = divmod(num_layers + 2 + mtp, n)
+    stages, remaining = [], num_layers
+    for i in range(n):
+        size = base + (1 if i >= n - extra else 0)
+        head, tail = ("E" if i == 0 else ""), ("m" * mtp + "L" if i == n - 1 else "")
+        t = remaining if i == n - 1 else max(0, min(size - len(head) - len(tail), remaining))
+        remaining -= t
+        stages.append(head + "t" * t + tail)
+    out, i = [], 0
+    while i < n:
+        j = i
+        while j + 1 < n and stages[j + 1] == stages[i]:
+            j += 1
+        count = j - i + 1
+        out.append(f"({stages[i]}|)*{count}" if count > 2 else "|".join(stages[i:j + 1]) + "|")
+        i = j + 1
+    return "".join(out)[:-1]
+
+
+def test_derived_layout_counts_runs_but_gives_the_stage_by_stage_layout():
+    """a808d29 counts runs of equal stages instead of listing them; the layouts must not change.
+
+    Small sizes cover every shape: PP*VPP 1 and 2 (no middle), empty middle stages (fewer units than
+    stages), a partial stage, base-size stages only, base+1 only, and both.
+    """
+    for pp, vpp, layers, mtp in itertools.product(range(1, 9), range(1, 5), range(1, 40), range(4)):
+        assert derive(pp, vpp, layers, mtp) == _derive_stage_by_stage(pp, vpp, layers, mtp), (pp, vpp, layers, mtp)
+
+
+@pytest.mark.parametrize("layout,limit,stages", [
+    ("t*3t*3", 6, ["tttttt"]),
+    ("(tt|)*3", 9, ["tt", "tt", "tt", ""]),
+    ("tttttttt(t)*2", 10, ["t" * 10]),  # text around the repeat counts, and the `(t)*2` it replaces does not
+    ("((t)*3)*3", 9, ["t" * 9]),
+    ("(t|)*4(t|)*4", 16, ["t"] * 8 + [""]),  # the second repeat passes 15, the first not
+])
+def test_expansion_stops_just_past_its_limit(layout, limit, stages):
+    assert expand(layout, limit=limit) == stages
+    assert expand(layout) == stages
+    with pytest.raises(ValueError, match=rf"^{re.escape(repr(layout))} expands past {limit - 1} characters$"):
+        expand(layout, limit=limit - 1)
+
+
+def test_expansion_limit_message_quotes_sixty_characters():
+    layout = "Et|" + "t" * 70 + "|(t|)*99"
+    with pytest.raises(ValueError) as err:
+        expand(layout, limit=100)
+    assert str(err.value) == f"{layout[:60]!r} expands past 100 characters"
+
+
+@pytest.mark.parametrize("pp,vpp,layers,mtp,limit", [(2, 1, 2, 0, 28), (2, 3, 5, 1, 44), (1, 1, 7, 3, 42)])
+def test_layout_check_expands_up_to_twice_a_legal_layout(pp, vpp, layers, mtp, limit):
+    """2 * (letters + stages) + 16: letters num_layers + mtp + E + L, and pp*vpp - 1 bars."""
+    assert layout_error(f"t*{limit}", pp, vpp, layers, mtp) != f"'t*{limit}' expands past {limit} characters"
+    assert layout_error(f"t*{limit + 1}", pp, vpp, layers, mtp) == f"'t*{limit + 1}' expands past {limit} characters"

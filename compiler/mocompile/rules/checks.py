@@ -173,6 +173,7 @@ CHECKS: dict[str, Check] = {
     "PREC004": lambda c: c["fp4"] is not None,  # catalogue versions: TE < 2.7.0
     "MOE001": lambda c: bool(c["moe_grouped_gemm"]) and c["te_version"] is None,
     "MOE002": lambda c: bool(c["moe_router_force_load_balancing"]),
+    "MOE003": lambda c: (c.get("first_k_dense") or 0) >= c["num_layers"],
     "ENV001": lambda c: _overlap(c) and str(c["env"].get("CUDA_DEVICE_MAX_CONNECTIONS", "")) == "1",
     "MEM001": lambda c: c.get("memory_estimate_gib", 0) > c["gpu_memory_gib"],
     "VER001": lambda c: not at_least(c["torch_version"], "2.6.0"),
