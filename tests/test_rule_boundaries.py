@@ -454,11 +454,79 @@ def test_messages_quote_the_values():
     assert msgs["PAR002"].startswith("world size 2 is not divisible by ETP*EP*PP = 1*4*1")
 
 
+def test_diagnostic_with_no_positioned_field_points_at_the_recipes_first_line():
+    plan = _plan()
+    plan = _with(plan, **{k: Decision(v, "goal", "chosen", position=None) for k, v in dict(
+        tensor_model_parallel_size=2, pipeline_model_parallel_size=1, context_parallel_size=2, world_size=2).items()})
+    d = next(d for d in check(plan) if d.rule == "PAR001")
+    assert d.position == Position(plan.source, 1, 1)
+
+
+
+@pytest.mark.parametrize("change", ["duplicate", "extra", "missing"])
+def test_catalogue_and_checks_must_list_the_same_rules(monkeypatch, change):
+    from mocompile.rules import engine
+    entries = list(engine.load_yaml(engine.CATALOGUE))
+    if change == "duplicate":  # same ids as CHECKS, one twice
+        entries.append(entries[0])
+    elif change == "extra":
+        entries.append({**entries[0], "id": "XXX001"})
+    else:
+        entries = entries[1:]
+    monkeypatch.setattr(engine, "load_yaml", lambda path: entries)
+    engine.rules.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match="rule catalogue and checks disagree"):
+            engine.rules()
+    finally:
+        engine.rules.cache_clear()
+
+@pytest.mark.parametrize("cfg,expect", [
+    ({}, dict(vpp=1, cp2=2, ep_group=1, stages=1, layers_per_rank=0, num_microbatches=0, hybridep_ranks=None)),
+    (dict(virtual_pipeline_model_parallel_size=None, pipeline_model_parallel_size=3, num_layers=12,
+          context_parallel_size=3, expert_model_parallel_size=4, expert_tensor_parallel_size=2,
+          hybridep_ranks_per_domain=8, global_batch_size=64, micro_batch_size=2, data_parallel_size=4),
+     dict(vpp=1, cp2=6, ep_group=8, stages=3, layers_per_rank=4, num_microbatches=8, hybridep_ranks=8)),
+    (dict(virtual_pipeline_model_parallel_size=2, pipeline_model_parallel_size=3, num_layers=13),
+     dict(vpp=2, stages=6, layers_per_rank=4)),
+    # each size alone, the others at their defaults
+    (dict(expert_model_parallel_size=4), dict(ep_group=4)),
+    (dict(expert_tensor_parallel_size=3), dict(ep_group=3)),
+    (dict(num_layers=6), dict(layers_per_rank=6, stages=1)),
+    (dict(global_batch_size=8), dict(num_microbatches=8)),
+    (dict(global_batch_size=8, micro_batch_size=2), dict(num_microbatches=4)),
+    (dict(global_batch_size=8, data_parallel_size=4), dict(num_microbatches=2)),
+    (dict(global_batch_size=8, micro_batch_size=2, data_parallel_size=4), dict(num_microbatches=1)),
+])
+def test_message_context_values(cfg, expect):
+    from mocompile.rules.engine import context
+    ctx = context(cfg)
+    assert {k: ctx[k] for k in expect} == expect
+    assert ctx["deepep_sizes"] == ", ".join(map(str, DEEPEP_GROUP_SIZES))
+    assert "layout_error" not in ctx
+
+
+@pytest.mark.parametrize("cfg,error", [
+    (dict(pipeline_model_parallel_layout="EL"), None),  # no layers, no MTP, one stage: the defaults
+    (dict(pipeline_model_parallel_layout="EtL"), "1 decoder layers `t`, but the model has 0"),
+    (dict(pipeline_model_parallel_layout="Et|tmL", pipeline_model_parallel_size=2, num_layers=2, mtp_num_layers=None),
+     "1 MTP layers `m`, but the model has 0"),
+    (dict(pipeline_model_parallel_layout="Et|t|t|tmL", pipeline_model_parallel_size=2,
+          virtual_pipeline_model_parallel_size=2, num_layers=4, mtp_num_layers=1), None),
+])
+def test_message_context_checks_the_layout_against_the_plan(cfg, error):
+    from mocompile.rules.engine import context
+    assert context(cfg)["layout_error"] == error
+
+
 # --- pipeline layouts, clause by clause --------------------------------------------------------
 
 @pytest.mark.parametrize("layout,pp,vpp,layers,mtp,error", [
     ("Et|tL", 2, 1, 2, 0, None),
     ("Et|t|tL", 2, 1, 2, 0, "3 stages, but PP*VPP = 2*1 = 2"),
+    ("EttL", 2, 1, 2, 0, "1 stages, but PP*VPP = 2*1 = 2"),
+    ("Et|tL", 2, 2, 2, 0, "2 stages, but PP*VPP = 2*2 = 4"),
+    ("Ett|tL", 2, 1, 1, 0, "3 decoder layers `t`, but the model has 1"),
     ("tE|tL", 2, 1, 2, 0, "the first stage must start with the single E"),
     ("Et|EtL", 2, 1, 2, 0, "the first stage must start with the single E"),
     ("EtL|t", 2, 1, 2, 0, "the last stage must end with the single L"),
@@ -466,6 +534,8 @@ def test_messages_quote_the_values():
     ("Et|tL", 2, 1, 3, 0, "2 decoder layers `t`, but the model has 3"),
     ("Ett|tL", 2, 1, 3, 0, None),
     ("Et|tmL", 2, 1, 2, 2, "1 MTP layers `m`, but the model has 2"),
+    ("Et|tmmL", 2, 1, 2, 1, "2 MTP layers `m`, but the model has 1"),
+    ("Et|tmL", 2, 1, 2, 0, "1 MTP layers `m`, but the model has 0"),
     ("Etm|tL", 2, 1, 2, 1, "MTP layers must sit in the last stage"),
     ("Et|mtL", 2, 1, 2, 1, "MTP layers must come after every decoder layer"),
     ("Et|tmL", 2, 1, 2, 1, None),
