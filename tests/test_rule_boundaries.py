@@ -497,6 +497,7 @@ def test_catalogue_and_checks_must_list_the_same_rules(monkeypatch, change):
     (dict(global_batch_size=8, micro_batch_size=2), dict(num_microbatches=4)),
     (dict(global_batch_size=8, data_parallel_size=4), dict(num_microbatches=2)),
     (dict(global_batch_size=8, micro_batch_size=2, data_parallel_size=4), dict(num_microbatches=1)),
+    (dict(global_batch_size=8, micro_batch_size=3), dict(num_microbatches=2)),  # whole micro-batches
 ])
 def test_message_context_values(cfg, expect):
     from mocompile.rules.engine import context
@@ -623,9 +624,10 @@ def test_derived_layout_counts_runs_but_gives_the_stage_by_stage_layout():
     """a808d29 counts runs of equal stages instead of listing them; the layouts must not change.
 
     Small sizes cover every shape: PP*VPP 1 and 2 (no middle), empty middle stages (fewer units than
-    stages), a partial stage, base-size stages only, base+1 only, and both.
+    stages), a partial stage, base-size stages only, base+1 only, and both; MTP 4 and more with one-unit
+    stages runs the layers out inside the base-size stages, before the base+1 ones (``E|t|||mmmmL`` at PP 5).
     """
-    for pp, vpp, layers, mtp in itertools.product(range(1, 9), range(1, 5), range(1, 40), range(4)):
+    for pp, vpp, layers, mtp in itertools.product(range(1, 9), range(1, 5), range(1, 40), range(8)):
         assert derive(pp, vpp, layers, mtp) == _derive_stage_by_stage(pp, vpp, layers, mtp), (pp, vpp, layers, mtp)
 
 
