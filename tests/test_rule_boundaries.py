@@ -552,6 +552,9 @@ def test_layout_validation(layout, pp, vpp, layers, mtp, error):
 def test_layout_repeats_expand():
     assert expand("E(t|)*2t*2L") == ["Et", "t", "ttL"]
     assert expand("E, t | t L") == ["Et", "tL"]
+    # rounds go on until nothing changes, even when a round's text sorts before the last: dropping `()*0`
+    # leaves `((` where `()` stood
+    assert expand("()*0(((t)*2)*2)*2") == ["t" * 8]
 
 
 @pytest.mark.parametrize("pp,vpp,layers,mtp", [(8, 4, 61, 1), (4, 1, 30, 0), (2, 2, 7, 0), (4, 2, 27, 2), (16, 1, 14, 0)])
