@@ -38,6 +38,25 @@ if ((${#sdist_only[@]})); then
   "${py}" -m pip wheel --no-deps -w "${dest}" "${sdist_only[@]}"
 fi
 
+# pulp ships CBC solver binaries for every platform (16 MB); modelopt only imports pulp, so drop them to keep
+# one device call's carried files (repo + .whl + .te + .deepep) under 64 MiB. pip does not check RECORD hashes.
+for w in "${dest}"/pulp-*.whl; do
+  [[ -e "${w}" ]] || continue
+  "${py}" - "${w}" <<'SLIM'
+import os, sys, zipfile
+src = sys.argv[1]
+tmp = src + ".tmp"
+with zipfile.ZipFile(src) as zin, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zout:
+    for item in zin.infolist():
+        base = item.filename.rsplit("/", 1)[-1]
+        if "/solverdir/" in item.filename and (base.startswith("cbc") or base.endswith(".exe")):
+            continue
+        zout.writestr(item, zin.read(item.filename))
+os.replace(tmp, src)
+print(f"fetch_wheels: {os.path.basename(src)} without solver binaries: {os.path.getsize(src) // 1024} KiB")
+SLIM
+done
+
 count="$(find "${dest}" -maxdepth 1 -type f -name '*.whl' | wc -l)"
 echo "fetch_wheels: ${count} wheels in ${dest} ($(du -sh "${dest}" | cut -f1))"
 if [[ "${count}" -ne "$((${#binary[@]} + ${#sdist_only[@]}))" ]]; then
