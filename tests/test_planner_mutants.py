@@ -271,6 +271,10 @@ def test_pipeline_sends_two_per_micro_batch_and_chunk_exposed_fully_without_vpp(
     assert est(Candidate(), b, 1).terms["pp_p2p"] == 0
 
 
+def _exposed(m, hw, cand, world, dp, per_mb):
+    return steptime._dp_exposed(steptime._dp_traffic(m, hw, cand, world, dp), per_mb)
+
+
 def test_dp_traffic_by_hand_and_what_one_micro_batch_hides():
     """Dense parameters (attention, router, shared, dense MLP: 1/PP of them, 1/TP; embedding 1/(TP*PP))
     over DP, expert parameters (1/PP, 1/(EP*ETP)) over the expert-DP group: bf16 gradients
@@ -283,24 +287,24 @@ def test_dp_traffic_by_hand_and_what_one_micro_batch_hides():
         return 2 * params * 2.0 * (group - 1) / group / (link * 1e9 * COLL)
     # 8 GPUs (one node): DP = 8 / 4 = 2, expert DP = 8 / 4 = 2
     t8 = ring(dense, 2, 400) + ring(experts, 2, 400)
-    assert steptime._dp_exposed(TOY, HW, cand, 8, 2, 0.0) == pytest.approx(t8)
-    assert steptime._dp_exposed(TOY, HW, cand, 8, 2, t8 / 4) == pytest.approx(t8 * 3 / 4)
-    assert steptime._dp_exposed(TOY, HW, cand, 8, 2, 2 * t8) == 0.0
+    assert _exposed(TOY, HW, cand, 8, 2, 0.0) == pytest.approx(t8)
+    assert _exposed(TOY, HW, cand, 8, 2, t8 / 4) == pytest.approx(t8 * 3 / 4)
+    assert _exposed(TOY, HW, cand, 8, 2, 2 * t8) == 0.0
     # 32 GPUs (four nodes): DP 8, expert DP 8, at the NIC
     t32 = ring(dense, 8, 50) + ring(experts, 8, 50)
-    assert steptime._dp_exposed(TOY, HW, cand, 32, 8, 0.0) == pytest.approx(t32)
+    assert _exposed(TOY, HW, cand, 32, 8, 0.0) == pytest.approx(t32)
     # DP 1: only the expert parameters travel (EP 1 x PP 2 on 4 GPUs: expert DP 2)
     c1 = Candidate(tp=2, pp=2)
-    assert steptime._dp_exposed(TOY, HW, c1, 4, 1, 0.0) == pytest.approx(ring(p["experts"] / 2, 2, 400))
+    assert _exposed(TOY, HW, c1, 4, 1, 0.0) == pytest.approx(ring(p["experts"] / 2, 2, 400))
     # DP 8, expert DP 1 (EP 8): only the dense parameters travel
-    assert steptime._dp_exposed(TOY, HW, Candidate(ep=8), 8, 8, 0.0) == \
+    assert _exposed(TOY, HW, Candidate(ep=8), 8, 8, 0.0) == \
         pytest.approx(ring(p["attention"] + p["router"] + p["embedding"], 8, 400))
     # ETP 2 x EP 2 on 8 GPUs: expert DP 2; a dense first layer counts with the dense parameters
     m = dict(TOY, first_k_dense=1, ffn_hidden_size=2048)
     q = parameters(m)
     assert q["dense_mlp"] > 0
     dense_m = q["attention"] + q["dense_mlp"] + q["shared"] + q["router"] + q["embedding"]
-    assert steptime._dp_exposed(m, HW, Candidate(ep=2, etp=2), 8, 8, 0.0) == \
+    assert _exposed(m, HW, Candidate(ep=2, etp=2), 8, 8, 0.0) == \
         pytest.approx(ring(dense_m, 8, 400) + ring(q["experts"] / 4, 2, 400))
 
 
@@ -308,7 +312,7 @@ def test_dp_term_in_the_estimate_is_the_exposed_share():
     b = Batch(1024, 1, 2, force_balance=True)
     e = est(Candidate(), b, 2)
     per_mb = (e.step_s - e.terms["dp_exposed"] - e.terms.get("optimizer", 0.0)) / e.num_microbatches
-    assert e.terms["dp_exposed"] == pytest.approx(steptime._dp_exposed(TOY, HW, Candidate(), 2, 2, per_mb))
+    assert e.terms["dp_exposed"] == pytest.approx(_exposed(TOY, HW, Candidate(), 2, 2, per_mb))
 
 
 # -- steptime: overlap and host ------------------------------------------------------------------------

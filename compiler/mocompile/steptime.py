@@ -473,7 +473,7 @@ class StepModel:
             per_layout = self._per_layout[lay_key] = (_dp_traffic(m, hw, cand, world, dp),
                                                       optimizer_seconds(m, hw, cand, world))
         dp_traffic, opt = per_layout
-        dp_comm = max(0.0, dp_traffic - per_mb)  # what one micro-batch's compute does not hide
+        dp_comm = _dp_exposed(dp_traffic, per_mb)
         step = steady + bubble + pp_comm + dp_comm + opt + c["step_overhead_s"]
         flops = self.flops
         recompute = mb * share * (n_moe_all * moe_rc + n_dense * dense_rc)
@@ -535,9 +535,9 @@ def optimizer_seconds(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, wo
     return (dense / dp + experts / edp) * ADAM_STEP_BYTES / (hw["hbm_tbps"] * 1e12 * HBM_EFFICIENCY)
 
 
-def _dp_exposed(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, world: int, dp: int, per_mb: float) -> float:
-    """Gradient reduce-scatter + parameter all-gather beyond what one micro-batch's compute hides."""
-    return max(0.0, _dp_traffic(m, hw, cand, world, dp) - per_mb)
+def _dp_exposed(dp_traffic: float, per_mb: float) -> float:
+    """The DP traffic (``_dp_traffic``) beyond what one micro-batch's compute hides."""
+    return max(0.0, dp_traffic - per_mb)
 
 
 def _dp_traffic(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, world: int, dp: int) -> float:

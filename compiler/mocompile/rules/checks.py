@@ -31,6 +31,11 @@ def _overlap(c: Cfg) -> bool:
     return bool(c["overlap_moe_expert_parallel_comm"])
 
 
+def _profiling(c: Cfg) -> bool:
+    """The PyTorch profiler is on (read with .get: candidate trials run before training settings exist)."""
+    return bool(c.get("use_pytorch_profiler"))
+
+
 def _modules(c: Cfg) -> list[str]:
     return list(c["recompute_modules"] or []) if c["recompute_granularity"] == "selective" else []
 
@@ -193,11 +198,11 @@ CHECKS: dict[str, Check] = {
     "CKPT005": lambda c: c.get("ckpt_format") == "fsdp_dtensor" and _ckpt_used(c),
     "CKPT006": lambda c: c.get("ckpt_format") in ("torch", "torch_dcp") and _ckpt_used(c),
     "LOG001": lambda c: (c.get("log_interval") or 1) > c["train_iters"],
-    "PROF001": lambda c: bool(c.get("use_pytorch_profiler")) and c["profile_step_end"] <= c["profile_step_start"],
-    "PROF002": lambda c: bool(c.get("use_pytorch_profiler")) and c["profile_step_end"] > c["train_iters"],
-    "PROF003": lambda c: bool(c.get("use_pytorch_profiler")) and any(
+    "PROF001": lambda c: _profiling(c) and c["profile_step_end"] <= c["profile_step_start"],
+    "PROF002": lambda c: _profiling(c) and c["profile_step_end"] > c["train_iters"],
+    "PROF003": lambda c: _profiling(c) and any(
         r >= c["world_size"] for r in c["profile_ranks"] or []),
-    "PROF004": lambda c: bool(c.get("use_pytorch_profiler")) and not c.get("tensorboard_dir"),
+    "PROF004": lambda c: _profiling(c) and not c.get("tensorboard_dir"),
     # Adam plans emit the distributed optimizer (seen on 2xH100); a Muon plan's layer-wise optimizer keeps its
     # Adam groups in torch/TE Adam too, unverified without TE, so the rule holds for both. Versions: mcore 0.19.2.
     "CKPT007": lambda c: bool(c.get("load")) and c["te_version"] is None,
