@@ -84,5 +84,5 @@ def test_profiled_iterations_are_not_timed():
 def test_profile_window_comes_from_the_compiled_lock():
     """The TE bench recipes trace steps 26..29 (profile: in recipes/bench/bench-te-mid-*.yaml)."""
     folder = Path(__file__).resolve().parents[1] / "generated" / "bench-te-mid-ep4-off"
-    assert run_bench.profile_excluded(folder) == [25, 29]
-    assert run_bench.profile_excluded(folder.parent / "bench-mid-ep4-a2a-off") is None
+    assert run_bench.profile_excluded(run_bench.describe(folder)) == [25, 29]
+    assert run_bench.profile_excluded(run_bench.describe(folder.parent / "bench-mid-ep4-a2a-off")) is None

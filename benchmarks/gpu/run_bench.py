@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import trace_report  # beside this file (the script's folder is on sys.path), standard library only
+
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = 1
 
@@ -192,11 +194,11 @@ def error_excerpt(log_text: str, limit: int = 12) -> list[str]:
     return seen[-limit:]
 
 
-def profile_excluded(folder: Path) -> list[int] | None:
-    """1-based iterations a profiled run must not time: the profiler's warm-up step (start - 1), the
-    recorded steps, and the step that exports the trace (end). Bridge's schedule records steps
-    start..end-1 as the metrics callback numbers them (it calls prof.step() before each step)."""
-    info = describe(folder).get("profile")
+def profile_excluded(variant: dict[str, Any]) -> list[int] | None:
+    """1-based iterations a profiled run must not time, from a variant's ``describe()``: the profiler's
+    warm-up step (start - 1), the recorded steps, and the step that exports the trace (end). Bridge's
+    schedule records steps start..end-1 as the metrics callback numbers them (prof.step() runs before each)."""
+    info = variant.get("profile")
     if not info or info[0] is None or info[1] is None:
         return None
     return [max(1, int(info[0]) - 1), int(info[1])]
@@ -216,9 +218,6 @@ def collect_trace(name: str, repeat: int, traces: Path) -> dict[str, Any] | None
         (REPO / "None").rmdir()
     except OSError:
         pass
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import trace_report  # noqa: E402 - beside this file, standard library only
-
     out: dict[str, Any] = {"dir": str(dest)}
     for f in sorted(dest.glob("*.json*")):
         try:
@@ -231,7 +230,7 @@ def collect_trace(name: str, repeat: int, traces: Path) -> dict[str, Any] | None
 
 def run_once(name: str, folder: Path, repeat: int, port: int, logs: Path, timeout: int,
              nproc: int | None, harness_env: dict[str, str] | None = None,
-             traces: Path | None = None) -> dict[str, Any]:
+             traces: Path | None = None, excluded: list[int] | None = None) -> dict[str, Any]:
     metrics = logs / f"{name}.r{repeat}.jsonl"
     log = logs / f"{name}.r{repeat}.log"
     rankstats = logs / f"{name}.r{repeat}.ranks"
@@ -292,7 +291,6 @@ def run_once(name: str, folder: Path, repeat: int, port: int, logs: Path, timeou
     }
     if rc != 0:
         result["error"] = error_excerpt(text)
-    excluded = profile_excluded(folder)
     if excluded:
         result["profile_excluded"] = excluded
     trace = collect_trace(name, repeat, traces or logs.parent / f"{logs.name}-traces")
@@ -494,7 +492,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             port += 1
             print(f"run_bench: round {rnd} {name} (port {port}) at {elapsed:.0f}s", flush=True)
-            result = run_once(name, folder, rnd, port, logs, args.timeout, args.nproc or None, harness_env)
+            result = run_once(name, folder, rnd, port, logs, args.timeout, args.nproc or None, harness_env,
+                              excluded=profile_excluded(variants[name]))
             last_wall = result["wall_s"]
             runs[name].append(result)
             order_log.append(f"{rnd}:{name}")

@@ -85,11 +85,14 @@ def summarize(events: list[dict[str, Any]], top: int = 8) -> dict[str, Any]:
                     for e in events if e.get("cat") == "user_annotation"
                     for m in [STEP.match(str(e.get("name", "")))] if m), key=lambda s: s[1])
     gpu = [e for e in events if is_gpu(e)]
-    comm_iv = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in gpu
-               if e.get("cat") == "kernel" and COMM.search(str(e.get("name", "")))]
-    comp_iv = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in gpu
-               if e.get("cat") == "kernel" and not COMM.search(str(e.get("name", "")))]
-    all_iv = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in gpu]
+    comm_iv: list[Interval] = []
+    comp_iv: list[Interval] = []
+    all_iv: list[Interval] = []
+    for e in gpu:  # one pass: every GPU event is busy time; kernels are communication or compute
+        iv = (float(e["ts"]), float(e["ts"]) + float(e["dur"]))
+        all_iv.append(iv)
+        if e.get("cat") == "kernel":
+            (comm_iv if COMM.search(str(e.get("name", ""))) else comp_iv).append(iv)
     rows = []
     for number, lo, hi in steps:
         comm = union(clip(comm_iv, lo, hi))
