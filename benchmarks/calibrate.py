@@ -286,7 +286,42 @@ def report(rows: list[dict[str, Any]], c: dict[str, float], names: list[str], lo
                      f"90th percentile {g[int(0.9 * (len(g) - 1))]:.1%}, max {g[-1]:.1%}")
     lines.append(f"trust margin (the planner leaves a shipped recipe only for a larger predicted gain): "
                  f"{c.get('trust_margin', float('nan')):.1%}")
+    lines.append("")
+    lines.append("error on the step-time ratio of two measured plans of one setting, by how many knobs they differ in")
+    lines.append("(|log predicted ratio / measured ratio|; the planner's margin for a plan d knobs from a shipped recipe")
+    lines.append(" is (1 - trust margin) ** sqrt(d), i.e. the one-knob margin times sqrt(d) in log space):")
+    lines.append(f"  {'knobs':>5} {'pairs':>5} {'rms':>6} {'rms/sqrt(d)':>11} {'max':>6}  {'margin at d':>11}")
+    margin = c.get("trust_margin", float("nan"))
+    for d, errs in sorted(ratio_errors_by_distance(rows, c).items()):
+        rms = math.sqrt(sum(e * e for e in errs) / len(errs))
+        lines.append(f"  {d:>5} {len(errs):>5} {rms:>6.3f} {rms / math.sqrt(d):>11.3f} {max(errs):>6.3f}  "
+                     f"{1 - (1 - margin) ** math.sqrt(d):>11.1%}")
     return "\n".join(lines)
+
+
+def ratio_errors_by_distance(rows: list[dict[str, Any]], c: dict[str, float]) -> dict[int, list[float]]:
+    """|log(predicted / measured)| of the step-time ratio of every pair of measured rows that share model,
+    GPUs, batch shape, precision, routing and host, grouped by how many planner knobs separate them
+    (``search.knob_distance``): how the model's error on a comparison grows with the plans' distance."""
+    from mocompile.resolve.search import knob_distance
+
+    def setting(r: dict[str, Any]) -> tuple[Any, ...]:
+        return (r["model"], r["gpu"], r["gpus"], r["seq"], r["mbs"], r["gbs"], r["precision"], r["force_balance"],
+                r["te"], r["host"])
+
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["shape_known"]:
+            groups.setdefault(setting(r), []).append(r)
+    out: dict[int, list[float]] = {}
+    for members in groups.values():
+        for i, a in enumerate(members):
+            for b in members[i + 1:]:
+                d = knob_distance(setup(a)[2], setup(b)[2])
+                if d:
+                    pred = predict(a, c) / predict(b, c)
+                    out.setdefault(d, []).append(abs(math.log(pred * measured_s(b) / measured_s(a))))
+    return out
 
 
 def ab_error(rows: list[dict[str, Any]], c: dict[str, float]) -> float:

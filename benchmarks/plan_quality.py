@@ -13,7 +13,8 @@ balancing (the recipes benchmark with it), nothing else.
 Its auto plan is compared with the shipped one on four fields: layout (TP, PP, VPP, EP), dispatcher,
 EP overlap, recompute granularity. Two planners are measured:
   - as shipped: the planner scores the matching anchor and keeps it unless its model predicts a plan
-    faster by more than the trust margin;
+    faster by more than the trust margin, widened with the square root of the number of knobs the plan
+    changes (search.required_ratio);
   - model only: the anchor of the same model, GPU and precision is withheld from the search, so the
     step-time model alone has to find the shipped plan (the honest measure of the model).
 Weak scaling: the same intent at 2x GPUs and 2x global batch keeps layout and dispatcher?

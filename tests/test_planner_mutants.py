@@ -582,9 +582,68 @@ def test_why_lost_names_broken_rules_memory_or_the_term_that_grew():
     w2 = scored(1.0, terms={"compute": 0.5, "a2a_total": 0.5, "a2a_exposed": 0.5})
     a2a = scored(1.3, terms={"compute": 0.5, "a2a_total": 2.0, "a2a_exposed": 0.8})
     assert search.why_lost(a2a, w2) == "predicted +0.30 s/step (exposed all-to-all +0.30 s)"
-    faster = search.why_lost(scored(0.9, terms={"compute": 0.9}), w, margin=True)
-    assert re.fullmatch(r"predicted 0\.10 s faster, within the model's \d+% error of the shipped recipe, which is measured",
-                        faster), faster
+    # a plan faster than the winner lost to the shipped recipe's margin for its distance (here 2 knobs: TP, EP)
+    shipped = scored(1.0, cand=Candidate(tp=1, ep=8))
+    faster = search.why_lost(scored(0.9, terms={"compute": 0.9}, cand=Candidate(tp=2, ep=4)), shipped, shipped)
+    need = 1 - search.required_ratio(search.trust_margin(), 2)
+    assert faster == (f"predicted 0.10 s (10%) faster than the shipped recipe, which is measured: within the "
+                      f"model's {need:.0%} error for a plan 2 knobs away from it"), faster
+    # when another plan won, both gaps are named
+    other = scored(0.95, cand=Candidate(tp=1, ep=16))
+    assert search.why_lost(scored(0.9, cand=Candidate(tp=2, ep=4)), other, shipped).startswith(
+        "predicted 0.05 s faster than the chosen plan and 10% faster than the shipped recipe, which is measured: ")
+
+
+def test_knob_distance_counts_each_changed_knob_once():
+    base = Candidate(tp=2, pp=8, vpp=4, ep=64, dispatcher="hybridep", recompute=("selective", ("mlp",), None, None))
+    assert search.knob_distance(base, base) == 0
+    assert search.knob_distance(base, replace(base, num_sms=20)) == 0          # follows the dispatcher
+    assert search.knob_distance(base, replace(base, ep=32)) == 1
+    assert search.knob_distance(base, replace(base, dispatcher="deepep", overlap=True, delay_wgrad=True)) == 3
+    assert search.knob_distance(base, replace(base, recompute=("selective", ("mlp", "moe_act"), None, None))) == 1
+    every = Candidate(tp=1, pp=1, vpp=1, ep=8, etp=2, cp=2, dispatcher="deepep", overlap=True, delay_wgrad=True,
+                      recompute=(None,) * 4, graphs="te_rp")
+    assert search.knob_distance(base, every) == len(search.KNOB_FIELDS) == 11
+
+
+def test_the_margin_widens_with_the_square_root_of_the_distance():
+    # one knob: the trust margin itself; four knobs: twice its log; a margin of 1 or more never leaves the recipe
+    assert search.required_ratio(0.2, 1) == pytest.approx(0.8)
+    assert search.required_ratio(0.2, 0) == pytest.approx(0.8)      # never looser than one knob
+    assert search.required_ratio(0.2, 4) == pytest.approx(0.64)
+    assert search.required_ratio(0.2, 2) == pytest.approx(0.8 ** 2 ** 0.5)
+    assert search.required_ratio(1.0, 3) == 0.0
+    assert search.required_ratio(float("inf"), 3) == 0.0
+
+
+class _NoRules:
+    def __init__(self, broken=()):
+        self.broken, self.checked = set(broken), []
+
+    def check(self, s):
+        self.checked.append(s)
+        s.broken = ["X001"] if s.cand in self.broken else []
+        return s.broken
+
+
+def test_a_plan_leaves_the_shipped_recipe_only_beyond_the_margin_for_its_distance():
+    anchor = scored(10.0, cand=Candidate(tp=2, ep=8))
+    one = Candidate(tp=2, ep=16)                                   # 1 knob: needs < 8.0 s at margin 0.2
+    four = Candidate(tp=1, ep=16, dispatcher="deepep", overlap=True)  # 4 knobs: needs < 6.4 s
+    ratio4 = search.required_ratio(0.2, 4)
+    # the faster four-knob plan falls just short of its margin; the one-knob plan clears its own: it wins
+    far, near = scored(10.0 * ratio4 + 1e-6, cand=four), scored(7.99, cand=one)
+    assert search._beyond_margin(_NoRules(), [far, near, anchor], anchor, 0.2) is near
+    # just past the four-knob margin the faster plan wins
+    far = scored(10.0 * ratio4 - 1e-6, cand=four)
+    assert search._beyond_margin(_NoRules(), [far, near, anchor], anchor, 0.2) is far
+    # a one-knob plan exactly at the margin does not clear it: the shipped recipe stays
+    assert search._beyond_margin(_NoRules(), [scored(8.0, cand=one), anchor], anchor, 0.2) is None
+    # a plan that breaks a rule or does not fit is passed over
+    rules = _NoRules(broken=[four])
+    assert search._beyond_margin(rules, [far, near, anchor], anchor, 0.2) is near and rules.checked == [far, near]
+    unfit = scored(5.0, cand=four, fits=False)
+    assert search._beyond_margin(_NoRules(), [near, anchor, unfit], anchor, 0.2) is near
 
 
 # -- decide: what the plan records ---------------------------------------------------------------------

@@ -48,7 +48,7 @@ def plan(ctx: Context) -> None:
     elif res.anchor is not None:
         head += (f"; predicted {res.anchor.step - w.step:.2f} s/step faster than the shipped {res.anchor.anchor} "
                  f"({res.anchor.step:.2f} s, {why_lost(res.anchor, w) if res.anchor.broken or not res.anchor.fits else 'slower'})")
-    rejected = [(r.cand.label(), why_lost(r, w, margin=bool(w.anchor))) for r in res.runners_up + res.excluded]
+    rejected = [(r.cand.label(), why_lost(r, w, res.anchor)) for r in res.runners_up + res.excluded]
     part = f"part of the chosen plan ({est.step_s:.2f} s/step; see tensor_model_parallel_size)"
     effects = res.effects
     values = settings(ctx, w.cand)
@@ -93,7 +93,7 @@ def plan(ctx: Context) -> None:
     ctx.planner = {
         "goal": ctx.goal, "candidates_scored": res.scored, "trust_margin": None if margin == float("inf") else margin,
         "chosen": dict(w.summary(), terms_s={k: round(v, 3) for k, v in est.terms.items()}),
-        "runners_up": [dict(r.summary(), why_lost=why_lost(r, w, margin=bool(w.anchor))) for r in res.runners_up],
+        "runners_up": [dict(r.summary(), why_lost=why_lost(r, w, res.anchor)) for r in res.runners_up],
         "excluded": [dict(r.summary(), why_lost=why_lost(r, w)) for r in res.excluded],
         "anchor": None if res.anchor is None else dict(res.anchor.summary(), broken=res.anchor.broken or [],
                                                          fits=res.anchor.fits),

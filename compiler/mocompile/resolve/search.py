@@ -6,13 +6,15 @@ scored by the step-time model (``mocompile.steptime``) and checked against the s
 as ``check``. Ranking follows the goal: predicted step time for ``throughput``, lowest memory then
 time for ``fit``, the simplest legal plan for ``bring-up``. The tuned perf recipe Bridge ships for
 the same model, GPU and precision (``data/anchors.yaml``) is always scored too, and is kept unless
-the model predicts another plan faster by more than its trust margin (``data/steptime.yaml``).
+the model predicts another plan faster by more than its trust margin (``data/steptime.yaml``), widened
+with the number of knobs the plan changes (``required_ratio``).
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
+import math
 import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -70,6 +72,29 @@ def trust_margin(model: dict[str, Any] | None = None) -> float:
     if model is not None and not steptime.covers(model):
         return float("inf")
     return steptime.constants().get("trust_margin", 0.08)
+
+
+# The knobs a plan is made of (``num_sms`` follows the dispatcher: not a knob of its own).
+KNOB_FIELDS = ("tp", "pp", "vpp", "ep", "etp", "cp", "dispatcher", "overlap", "delay_wgrad", "recompute", "graphs")
+
+
+def knob_distance(a: Candidate, b: Candidate) -> int:
+    """How many knobs two plans differ in (each parallel size, dispatcher, EP overlap, delayed wgrad,
+    recompute rung, CUDA-graph scope)."""
+    return sum(getattr(a, f) != getattr(b, f) for f in KNOB_FIELDS)
+
+
+def required_ratio(margin: float, distance: int) -> float:
+    """The predicted step-time ratio (plan / shipped recipe) a plan ``distance`` knobs away must beat.
+
+    Each changed knob brings its own error in the predicted ratio; independent errors add in quadrature,
+    so the margin grows with the square root of the distance, in log space: (1 - margin) ** sqrt(d).
+    The model's errors on the ratios between measured plans of one setting grow that way
+    (``benchmarks/calibrate.py`` prints them by distance: root-mean-square 0.087 in log at one knob,
+    0.16-0.19 at three to five)."""
+    if margin >= 1.0:
+        return 0.0
+    return (1.0 - margin) ** math.sqrt(max(1, distance))
 
 
 # -- the space --------------------------------------------------------------------------------------
@@ -630,10 +655,26 @@ def _search(ctx: Context) -> SearchResult:
         legal = ranked[:1]
     winner = legal[0]
     if ctx.goal == "throughput" and anchor_scored is not None and not anchor_scored.broken and anchor_scored.fits \
-            and winner is not anchor_scored and winner.step > anchor_scored.step * (1 - trust_margin(ctx.model)):
-        legal = [anchor_scored] + [s for s in legal if s.cand.label() != anchor_scored.cand.label()]
-        winner = anchor_scored
+            and winner is not anchor_scored:
+        winner = _beyond_margin(sc, ranked, anchor_scored, trust_margin(ctx.model)) or anchor_scored
+        legal = [winner] + [s for s in legal if s.cand.label() != winner.cand.label()]
     return SearchResult(winner, legal[1:4], excluded, anchor_scored, sc.count)
+
+
+def _beyond_margin(sc: Scorer, ranked: list[Scored], anchor: Scored, margin: float) -> Scored | None:
+    """The best-ranked legal, fitting plan predicted faster than the shipped recipe by more than the
+    margin for its distance from it (``required_ratio``); None keeps the shipped recipe."""
+    # ``ranked`` orders fitting plans by step time times at most (1 + SIMPLICITY * 8): past this bound
+    # nothing clears even a one-knob margin
+    loosest = anchor.step * required_ratio(margin, 1) * (1 + SIMPLICITY * 8)
+    for s in ranked:
+        if s.fits and s.step >= loosest:
+            break
+        if s is anchor or not s.fits or s.step >= anchor.step * required_ratio(margin, knob_distance(s.cand, anchor.cand)):
+            continue
+        if not sc.check(s):
+            return s
+    return None
 
 
 def min_gpus_that_fit(ctx: Context, limit_gpus: int = 16384) -> int | None:
@@ -652,8 +693,9 @@ def min_gpus_that_fit(ctx: Context, limit_gpus: int = 16384) -> int | None:
     return None
 
 
-def why_lost(loser: Scored, winner: Scored, margin: bool = False) -> str:
-    """One line: what makes ``loser`` worse than ``winner``."""
+def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None) -> str:
+    """One line: what makes ``loser`` worse than ``winner``; ``anchor``: the shipped recipe the search
+    scored, against which a plan predicted faster than the winner fell short of its margin."""
     if loser.broken:
         return "breaks " + ", ".join(loser.broken)
     if not loser.fits:
@@ -664,11 +706,16 @@ def why_lost(loser: Scored, winner: Scored, margin: bool = False) -> str:
              "communication", "bubble": "pipeline bubble", "tp_cp": "TP/CP collectives", "host_bound": "host (CPU launch) time",
              "pp_p2p": "pipeline sends", "dp_exposed": "exposed DP gradient/parameter traffic", "recompute": "recompute"}
     slower = loser.step - winner.step
-    if margin and slower < 0:
-        return (f"predicted {-slower:.2f} s faster, within the model's {trust_margin():.0%} error of the shipped "
-                "recipe, which is measured")
+    if anchor is not None and slower < 0:
+        d = knob_distance(loser.cand, anchor.cand)
+        need = 1.0 - required_ratio(trust_margin(), d)
+        gain = f"{1 - loser.step / anchor.step:.0%}"
+        than = (f"{-slower:.2f} s ({gain}) faster than the shipped recipe" if winner is anchor else
+                f"{-slower:.2f} s faster than the chosen plan and {gain} faster than the shipped recipe")
+        return (f"predicted {than}, which is measured: within the model's {need:.0%} error for a plan {d} "
+                f"knob{'s' if d != 1 else ''} away from it")
     return f"predicted {slower:+.2f} s/step ({names.get(term, term)} {delta:+.2f} s)"
 
 
-__all__ = ["SearchResult", "Scored", "Scorer", "anchors", "layouts_for", "match_anchor", "min_gpus_that_fit", "search",
-           "settings", "why_lost"]
+__all__ = ["SearchResult", "Scored", "Scorer", "anchors", "knob_distance", "layouts_for", "match_anchor",
+           "min_gpus_that_fit", "required_ratio", "search", "settings", "why_lost"]
