@@ -643,7 +643,7 @@ def test_a_plan_leaves_the_shipped_recipe_only_beyond_the_margin_for_its_distanc
     rules = _NoRules(broken=[four])
     assert search._beyond_margin(rules, [far, near, anchor], anchor, 0.2) is near and rules.checked == [far, near]
     unfit = scored(5.0, cand=four, fits=False)
-    assert search._beyond_margin(_NoRules(), [near, anchor, unfit], anchor, 0.2) is near
+    assert search._beyond_margin(_NoRules(), [unfit, near, anchor], anchor, 0.2) is near
 
 
 # -- decide: what the plan records ---------------------------------------------------------------------
