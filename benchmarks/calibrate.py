@@ -71,7 +71,8 @@ def setup(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], steptime
                               overlap=row["overlap"], delay_wgrad=row["dw"], recompute=recompute,
                               graphs=row["graphs"], num_sms=row.get("num_sms"))
     batch = steptime.Batch(row["seq"], row["mbs"], row["gbs"], row["precision"], row["force_balance"],
-                           row["te"], row["te"])  # no TE: local spec and no grouped GEMM
+                           row["te"], row["te"],  # no TE: local spec and no grouped GEMM
+                           fp8_attention=row["fp8_attention"])
     return m, hw, cand, batch
 
 
@@ -197,7 +198,7 @@ def nelder_mead(f, x0: list[float], steps: int = 600, scale: float = 0.3) -> lis
 
 BOUNDS = {"gemm_efficiency": (0.2, 0.9), "blackwell_efficiency": (0.4, 1.2), "blackwell_ultra_gain": (1.0, 1.17), "fp8_quant_bytes": (0.0, 40.0), "nccl_a2a_efficiency": (0.05, 1.0),
           "overlap_hide": (0.0, 1.0), "natural_imbalance": (1.0, 1.8), "fp8_gain": (1.0, 2.0),
-          "overlap_host_factor": (1.0, 4.0), "host_s_per_expert": (0.0, 0.005), "lent_host_factor": (1.0, 10.0), "overlap_sync_s": (0.0, 0.002), "delay_wgrad_host": (0.0, 3.0), "local_spec_factor": (1.0, 20.0), "deepep_efficiency": (0.3, 1.0), "hybridep_efficiency": (0.3, 1.0)}
+          "overlap_host_factor": (1.0, 4.0), "host_s_per_expert": (0.0, 0.005), "lent_host_factor": (1.0, 10.0), "overlap_sync_s": (0.0, 0.002), "delay_wgrad_host": (0.0, 3.0), "local_spec_factor": (1.0, 20.0), "flex_efficiency": (0.3, 1.0)}
 
 
 # natural_imbalance <= 1.8: the busiest of the EP ranks under aux-loss-balanced top-k routing (each rank

@@ -29,11 +29,12 @@ TOY = _defaults({"id": "toy", "num_layers": 4, "hidden_size": 1024, "num_attenti
 HW = {"id": "round", "bf16_dense_tflops": 1000.0, "hbm_tbps": 2.0, "nvlink_gbps": 400.0, "nic_gbps": 50.0,
       "gpus_per_node": 8, "nvlink_domain": 8, "sm_count": 100, "compute_capability": [9, 0], "arch": "hopper"}
 # Constants chosen so that hand arithmetic is easy: perfect GEMMs, no host time, no fixed overhead.
-EASY = dict(steptime.constants(), gemm_efficiency=1.0, gemm_half_rows=0.0, attention_efficiency=1.0,
+EASY = dict(steptime.constants(), gemm_efficiency=1.0, gemm_half_rows=0.0, attention_peak_share=1.0,
+            attention_exp_factor=1.0, attention_key_overhead=0.0, attention_sink_keys=0.0, expert_bias_factor=1.0,
             host_s_per_layer=0.0, step_overhead_s=0.0, nccl_latency_s=0.0, flex_latency_s=0.0,
             natural_imbalance=1.5, overlap_hide=1.0, delay_wgrad_hide=0.0, nccl_a2a_efficiency=1.0,
             overlap_host_factor=1.0, fp8_quant_bytes=0.0, local_spec_factor=1.0, fp8_gain=2.0,
-            deepep_efficiency=1.0, hybridep_efficiency=1.0,
+            flex_efficiency=1.0,
             host_s_per_expert=0.0, delay_wgrad_host=0.0, overlap_sync_s=0.0)  # (constants of a later model)
 COLL = 0.75    # NCCL ring collective efficiency (steptime.COLLECTIVE_EFFICIENCY)
 HBM = 0.7      # share of HBM bandwidth elementwise kernels reach (steptime.HBM_EFFICIENCY)
@@ -54,7 +55,8 @@ def layer_forward(m, s, per_rank, peak=1000e12, e_dense=1.0, e_expert=1.0, imbal
     keys = steptime.attended_keys(m, s)
     heads, d = m["num_attention_heads"], m["kv_channels"]
     attn = per_rank * 2 * _attention_params(m) / (peak * e_dense)
-    core = per_rank * 2 * keys * heads * (2 * d) / (peak * e_dense * attn_eff) + per_rank * keys * heads * 2 / 3 / steptime.exp_rate(h)
+    # the attention core runs at its own measured share of the BF16 peak (``attn_eff``), not the GEMMs' efficiency
+    core = per_rank * 2 * keys * heads * (2 * d) / (peak * attn_eff) + per_rank * keys * heads * 2 / 3 / steptime.exp_rate(h)
     experts = per_rank * 2 * g * hid * m["moe_ffn_hidden_size"] * k * imbalance / (peak * e_expert)
     shared = per_rank * (2 * g * hid * (m.get("shared_expert_size") or 0) + 2 * hid * m["num_moe_experts"]) / (peak * e_dense)
     dense = per_rank * 2 * g * hid * m["ffn_hidden_size"] / (peak * e_dense)
@@ -97,7 +99,7 @@ def test_compute_term_by_hand_with_gemm_efficiency_by_rows_imbalance_and_dense_l
     m = dict(TOY, first_k_dense=1, ffn_hidden_size=2048, shared_expert_size=256)
     s, half = 1023, 512.0
     b = Batch(s, 1, 4, force_balance=False)                            # natural routing: imbalance 1.5
-    e = est(Candidate(ep=2), b, 2, m, gemm_efficiency=0.8, gemm_half_rows=half, attention_efficiency=0.5)
+    e = est(Candidate(ep=2), b, 2, m, gemm_efficiency=0.8, gemm_half_rows=half, attention_peak_share=0.5)
     e_dense = 0.8 * s / (s + half)
     rows = s * 2 * 2 / 8                                                # 511.5 rows: not rounded down
     e_expert = 0.8 * rows / (rows + half)
@@ -584,10 +586,15 @@ def test_why_lost_names_broken_rules_memory_or_the_term_that_grew():
     assert search.why_lost(a2a, w2) == "predicted +0.30 s/step (exposed all-to-all +0.30 s)"
     # a plan faster than the winner lost to the shipped recipe's margin for its distance (here 2 knobs: TP, EP)
     shipped = scored(1.0, cand=Candidate(tp=1, ep=8))
+    shipped.anchor = "some_recipe_config"
     faster = search.why_lost(scored(0.9, terms={"compute": 0.9}, cand=Candidate(tp=2, ep=4)), shipped, shipped)
     need = 1 - search.required_ratio(search.trust_margin(), 2)
     assert faster == (f"predicted 0.10 s (10%) faster than the shipped recipe, which is measured: within the "
                       f"model's {need:.0%} error for a plan 2 knobs away from it"), faster
+    # the same words for a verdict read back from the plan cache, whose winner is a copy of the anchor
+    copy = search._from_json(search._to_json(shipped))
+    assert copy is not shipped and search.why_lost(scored(0.9, terms={"compute": 0.9}, cand=Candidate(tp=2, ep=4)),
+                                                   copy, shipped) == faster
     # when another plan won, both gaps are named
     other = scored(0.95, cand=Candidate(tp=1, ep=16))
     assert search.why_lost(scored(0.9, cand=Candidate(tp=2, ep=4)), other, shipped).startswith(
@@ -674,8 +681,14 @@ def test_a_plan_that_beats_the_shipped_recipe_states_by_how_much(tmp_path, monke
     assert said and float(said.group(1)) == pytest.approx(anchor - chosen, abs=0.006)
     own = re.search(r"\(([0-9.]+) s, slower\)$", why)                      # it fits and breaks nothing: just slower
     assert own and float(own.group(1)) == pytest.approx(anchor, abs=0.006)
-    assert p["overlap_moe_expert_parallel_comm"] is True and p.settings["overlap_moe_expert_parallel_comm"].rules == []
-    assert p.settings["moe_shared_expert_overlap"].rules == ["OVL010"]              # off under EP overlap
+    # the shared-expert overlap names OVL010 exactly when the plan overlaps EP communication (off under it)
+    overlap = p["overlap_moe_expert_parallel_comm"]
+    assert p.settings["overlap_moe_expert_parallel_comm"].rules in ([], None)
+    assert (p.settings["moe_shared_expert_overlap"].rules == ["OVL010"]) is bool(overlap)
+    on = tmp_path / "q30-overlap.yaml"
+    on.write_text(HEADLINE.replace("moe: {force_balance: true}", "moe: {force_balance: true, overlap: true}"))
+    q = plan_of(on)
+    assert q["overlap_moe_expert_parallel_comm"] is True and q.settings["moe_shared_expert_overlap"].rules == ["OVL010"]
     assert p.planner["trust_margin"] == steptime.constants()["trust_margin"]        # decide's own margin
     assert p.planner["anchor"]["broken"] == [] and p.planner["anchor"]["fits"] is True
 

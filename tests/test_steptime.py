@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from conftest import ROOT
 from mocompile import steptime
 from mocompile.catalogue import _defaults, gpus
 from mocompile.steptime import Batch, Candidate
@@ -15,7 +16,8 @@ TOY = _defaults({"id": "toy", "num_layers": 4, "hidden_size": 1024, "num_attenti
                  "num_query_groups": 4, "kv_channels": 64, "num_moe_experts": 8, "moe_router_topk": 2,
                  "moe_ffn_hidden_size": 512, "vocab_size": 1000})
 # Constants chosen so hand arithmetic is easy: perfect GEMMs, no host time, no fixed overhead.
-EASY = dict(steptime.constants(), gemm_efficiency=1.0, gemm_half_rows=0.0, attention_efficiency=1.0,
+EASY = dict(steptime.constants(), gemm_efficiency=1.0, gemm_half_rows=0.0, attention_peak_share=1.0,
+            attention_exp_factor=1.0, attention_key_overhead=0.0, attention_sink_keys=0.0, expert_bias_factor=1.0,
             host_s_per_layer=0.0, step_overhead_s=0.0, nccl_latency_s=0.0, flex_latency_s=0.0,
             natural_imbalance=1.5, overlap_hide=1.0, delay_wgrad_hide=0.0, nccl_a2a_efficiency=1.0,
             overlap_host_factor=1.0, fp8_quant_bytes=0.0,  # quantisation: its own test
@@ -70,7 +72,7 @@ def test_alltoall_beyond_a_node_pays_the_nic_for_the_remote_share():
 def test_flex_dispatch_sends_a_token_once_per_remote_node_not_once_per_expert():
     a2a = steptime.a2a_seconds(TOY, hw(), Candidate(ep=16, dispatcher="alltoall"), 1000, EASY, 1.0)
     flex = steptime.a2a_seconds(TOY, hw(), Candidate(ep=16, dispatcher="hybridep"),
-                                1000, dict(EASY, hybridep_efficiency=1.0), 1.0)
+                                1000, dict(EASY, flex_efficiency=1.0), 1.0)
     # 2 nodes, top-2: expected distinct remote nodes = 2 * (1 - (1/2)^2) * 1/2 = 0.75 < 1 copy for alltoall
     assert flex == pytest.approx(1000 * 0.75 * 2048 / 50e9)
     assert flex < a2a
@@ -210,6 +212,85 @@ def test_softmax_exponentials_cost_time_at_the_gpus_published_rate():
     scores = 4 * 4096 * steptime.attended_keys(TOY, 4096) * 16 * 8         # layers x tokens x keys x heads x mbs
     expect = scores * 2 * (1 / 5.0e12 - 1 / 10.7e12)
     assert t_bw - t_ultra == pytest.approx(expect, rel=1e-6)
+
+
+def _core(m, c, batch, hw_=None):
+    """The forward attention-core time of one micro-batch and layer (StepModel's t_core)."""
+    return steptime.StepModel(m, hw_ or hw(), batch, 1, c)._compute_terms(1, 1, 1)[2]
+
+
+def test_fused_attention_costs_its_keys_plus_a_fixed_per_query_overhead_at_its_measured_rate():
+    """Measured on H100 (gptoss_micro): fused attention time is linear in the keys a query attends with an
+    intercept worth ``attention_key_overhead`` keys, its matmuls at ``attention_peak_share`` of the BF16 peak
+    and its softmax at ``attention_exp_factor`` exponentials per score."""
+    c = dict(EASY, attention_peak_share=0.5, attention_exp_factor=2.0, attention_key_overhead=100.0)
+    s, tokens = 4096, 4096
+    keys = steptime.attended_keys(TOY, s)
+    work = keys + 100.0
+    flops = tokens * 2 * work * 16 * (64 + 64)
+    expect = flops / (989e12 * 0.5) + tokens * work * 16 * 2 / 3 * 2.0 / 4.5e12
+    assert _core(TOY, c, Batch(s, 1, 8)) == pytest.approx(expect, rel=1e-9)
+    # the overhead is per query, whatever the keys: a 128-key window pays the same 100 keys more
+    swa = dict(TOY, sliding_window=128, window_attn_skip_freq=0)
+    w = steptime.attended_keys(swa, s)
+    assert _core(swa, c, Batch(s, 1, 8)) / _core(swa, dict(c, attention_key_overhead=0.0), Batch(s, 1, 8)) \
+        == pytest.approx((w + 100) / w)
+
+
+def test_learnable_softmax_sinks_add_their_measured_keys_only_to_models_that_have_them():
+    c = dict(EASY, attention_key_overhead=0.0, attention_sink_keys=500.0)
+    b = Batch(4096, 1, 8)
+    keys = steptime.attended_keys(TOY, 4096)
+    assert _core(dict(TOY, softmax_sinks=True), c, b) / _core(TOY, c, b) == pytest.approx((keys + 500) / keys)
+    assert _core(dict(TOY, softmax_sinks=False), c, b) == _core(TOY, c, b)
+
+
+def test_the_measured_attention_terms_apply_to_te_fused_attention_only():
+    """The local (TE-less) spec runs unfused attention: its own cost (score passes through HBM), not the
+    fused kernel's per-query overhead or sinks pass."""
+    c = dict(EASY, attention_key_overhead=700.0, attention_sink_keys=800.0)
+    local = Batch(4096, 1, 8, te=False, grouped_gemm=False)
+    m = dict(TOY, softmax_sinks=True)
+    assert _core(m, c, local) == _core(m, dict(c, attention_key_overhead=0.0, attention_sink_keys=0.0), local)
+
+
+def test_fp8_recipes_keep_attention_in_bf16():
+    """FP8 speeds up the linear layers' GEMMs, not the attention core (TE runs it in BF16 by default)."""
+    c = dict(EASY, fp8_gain=2.0, fp8_quant_bytes=0.0)
+    assert _core(TOY, c, Batch(4096, 1, 8, "fp8-cs")) == pytest.approx(_core(TOY, c, Batch(4096, 1, 8)))
+
+
+def test_fp8_attention_runs_the_attention_matmuls_at_the_fp8_rate_when_a_recipe_turns_it_on():
+    c = dict(EASY, fp8_gain=2.0, fp8_quant_bytes=0.0, attention_exp_factor=0.0)   # matmuls only
+    bf16_attn = _core(TOY, c, Batch(4096, 1, 8, "mxfp8"))
+    assert _core(TOY, c, Batch(4096, 1, 8, "mxfp8", fp8_attention=True)) == pytest.approx(bf16_attn / 2)
+    # the flag means nothing in a BF16 run
+    assert _core(TOY, c, Batch(4096, 1, 8, fp8_attention=True)) == _core(TOY, c, Batch(4096, 1, 8))
+
+
+def test_biased_expert_gemms_cost_the_measured_factor_more():
+    c = dict(EASY, expert_bias_factor=1.25)
+    b = Batch(4096, 1, 8)
+    experts = lambda m: steptime.StepModel(m, hw(), b, 1, c)._compute_terms(1, 1, 1)[3]  # noqa: E731
+    assert experts(dict(TOY, add_bias_linear=True)) == pytest.approx(1.25 * experts(dict(TOY, add_bias_linear=False)))
+
+
+def test_the_attention_and_bias_constants_are_what_the_h100_measurement_gives():
+    """data/steptime.yaml states the values benchmarks/gpu/attention_fit.py derives from the committed
+    micro-benchmark (GPU kernel time, 1x H100): a change to either shows here."""
+    import json
+    import sys
+    sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
+    import attention_fit
+    doc = json.loads((ROOT / "benchmarks/results/gptoss-micro-h100-2026-11-26/gptoss_micro.json").read_text())
+    got = attention_fit.derive(doc)
+    c = steptime.constants()
+    for name in ("attention_peak_share", "attention_exp_factor", "attention_key_overhead", "attention_sink_keys",
+                 "expert_bias_factor"):
+        assert c[name] == pytest.approx(got[name], rel=1e-3), name
+    # and the fit describes the cases: causal and windowed, both head widths, within 10 % of the kernel time
+    assert abs(got["_intercept_d64_ms"] / got["_slope_d64_us_per_key"] * 1e3
+               - got["_intercept_d128_ms"] / got["_slope_d128_us_per_key"] * 1e3) < 0.1 * c["attention_key_overhead"]
 
 
 def test_blackwell_ultra_gain_scales_gemm_throughput_of_compute_capability_10_3_only():

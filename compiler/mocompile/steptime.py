@@ -95,6 +95,7 @@ class Batch:
     force_balance: bool = False
     te: bool = True              # Transformer Engine layer spec (fused attention); False: Megatron's local spec
     grouped_gemm: bool = True    # grouped-GEMM experts; False: one GEMM sequence per local expert
+    fp8_attention: bool = False  # FP8 dot-product attention (some Blackwell MXFP8 perf recipes; mocompile emits BF16)
 
 
 @dataclass
@@ -246,7 +247,7 @@ def a2a_seconds(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, tokens: 
     nodes = group / local
     token_bytes = m["hidden_size"] * 2.0
     if cand.dispatcher in FLEX_LINK_EFFICIENCY:
-        eff_nvl = eff_net = c.get(f"{cand.dispatcher}_efficiency", FLEX_LINK_EFFICIENCY[cand.dispatcher])
+        eff_nvl = eff_net = c.get("flex_efficiency", FLEX_LINK_EFFICIENCY[cand.dispatcher])
         # once per destination node over the network, then once per destination rank inside a node
         net_copies = _distinct(k, nodes) * (nodes - 1) / nodes if nodes > 1 else 0.0
         nvl_copies = _distinct(k / nodes, local) * (local - 1) / local * nodes if local > 1 else 0.0
@@ -320,6 +321,7 @@ class StepModel:
             if _cc(hw) == "10.3":  # Blackwell Ultra (B300/GB300)
                 peak *= c["blackwell_ultra_gain"]
         self.peak = peak
+        self.peak_bf16 = peak / c["fp8_gain"] if self.fp8 else peak
         self.imbalance = 1.0 if batch.force_balance else c["natural_imbalance"]
         self.flops = _flops_per_token(m, f) * batch.global_batch_size * s
         self._compute: dict[tuple[int, int, int], tuple[float, ...]] = {}
@@ -342,18 +344,27 @@ class StepModel:
         rows_expert = per_rank * m["moe_router_topk"] * ep / m["num_moe_experts"]
         e_expert = _gemm_eff(rows_expert, c)
         t_attn_gemm = per_rank * f["attn_proj"] / (peak * e_dense)
-        t_core = per_rank * f["core_attn"] / (peak * e_dense * c["attention_efficiency"])
-        # The softmax between the two attention GEMMs: one exponential per score forward and one when the
-        # backward recomputes the probabilities, on the special function units, which the tensor cores wait
-        # for (Blackwell Ultra doubles their rate). Counted per forward pass like the GEMMs (x3 below).
-        scores_per_token = attended_keys(m, s) * m["num_attention_heads"]
-        t_core += per_rank * scores_per_token * 2.0 / 3.0 / exp_rate(hw)
+        # The attention core (measured on H100 with TE's fused attention, data/steptime.yaml): matmuls at a share
+        # of the BF16 peak (FP8 recipes keep attention in BF16 unless they turn on FP8 attention), and the softmax between them: one exponential
+        # per score forward and one when the backward recomputes the probabilities, on the special function
+        # units the tensor cores wait for (Blackwell Ultra doubles their rate), plus max and sum. Counted per
+        # forward pass like the GEMMs (x3 below). Per query the fused kernel also does work that does not depend
+        # on the keys (``attention_key_overhead``, in keys), and learnable softmax sinks add their own pass.
+        keys = attended_keys(m, s)
+        work = keys
+        if batch.te:
+            work += c["attention_key_overhead"] + (c["attention_sink_keys"] if m.get("softmax_sinks") else 0.0)
+        attn_peak = self.peak if batch.fp8_attention else self.peak_bf16  # the same in a BF16 run
+        t_core = per_rank * f["core_attn"] * (work / keys) / (attn_peak * c["attention_peak_share"])
+        t_core += per_rank * work * m["num_attention_heads"] * 2.0 / 3.0 * c["attention_exp_factor"] / exp_rate(hw)
         if not batch.te:
             # unfused attention computes the whole s x s score matrix (no causal skipping) and moves it through
             # HBM: scores, softmax, dropout-free probabilities and their gradients, ~12 passes of 2 bytes
             scores = b * (m["num_attention_heads"] / tp) * (s / cp) * s
             t_core = 2 * t_core + UNFUSED_SCORE_PASSES * 2.0 * scores / (hw["hbm_tbps"] * 1e12 * HBM_EFFICIENCY) / 3
         t_experts = per_rank * (f["experts"] * imbalance) / (peak * e_expert)
+        if m.get("add_bias_linear"):  # biased grouped GEMMs (GPT-OSS): measured slower, data/steptime.yaml
+            t_experts *= c["expert_bias_factor"]
         t_shared = per_rank * (f["shared"] + f["router"]) / (peak * e_dense)
         t_dense = per_rank * f["dense_mlp"] / (peak * e_dense)
         h, k = m["hidden_size"], m["moe_router_topk"]

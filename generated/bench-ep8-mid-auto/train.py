@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-ep8-mid-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:09d1cfed42ae94f1 input sha256:f169acdc8876deaf
+# mocompile: checksum sha256:4481a9693999c6a1 input sha256:f169acdc8876deaf
 """bench-ep8-mid-auto: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 8x NVIDIA H100 80GB HBM3, goal throughput.
@@ -125,7 +125,7 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 2048  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.43 s/step, 127 TFLOPS/GPU, 29.4 GiB (of 141 candidates scored)
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.43 s/step, 128 TFLOPS/GPU, 29.4 GiB (of 141 candidates scored)
     model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.43 s/step; see tensor_model_parallel_size)
     model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.43 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)

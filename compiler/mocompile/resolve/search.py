@@ -165,6 +165,8 @@ def _dispatchers(ctx: Context) -> list[str]:
         return [pinned]
     if ctx.goal == "bring-up":
         return ["alltoall"]
+    # The ranking is a stable sort, so a tie in predicted time goes to the earlier backend: DeepEP before HybridEP
+    # (the model costs their links alike; DeepEP is the older, more widely deployed one).
     return ["alltoall"] + [b for b in FLEX if b in ctx["gpu_flex_backends"]]
 
 
@@ -710,7 +712,9 @@ def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None) -> str
         d = knob_distance(loser.cand, anchor.cand)
         need = 1.0 - required_ratio(trust_margin(), d)
         gain = f"{1 - loser.step / anchor.step:.0%}"
-        than = (f"{-slower:.2f} s ({gain}) faster than the shipped recipe" if winner is anchor else
+        # by value, not identity: a verdict read back from the plan cache holds copies
+        shipped_won = winner.anchor is not None and winner.cand == anchor.cand
+        than = (f"{-slower:.2f} s ({gain}) faster than the shipped recipe" if shipped_won else
                 f"{-slower:.2f} s faster than the chosen plan and {gain} faster than the shipped recipe")
         return (f"predicted {than}, which is measured: within the model's {need:.0%} error for a plan {d} "
                 f"knob{'s' if d != 1 else ''} away from it")
