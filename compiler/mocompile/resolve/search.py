@@ -90,8 +90,8 @@ def required_ratio(margin: float, distance: int) -> float:
     Each changed knob brings its own error in the predicted ratio; independent errors add in quadrature,
     so the margin grows with the square root of the distance, in log space: (1 - margin) ** sqrt(d).
     The model's errors on the ratios between measured plans of one setting grow that way
-    (``benchmarks/calibrate.py`` prints them by distance: root-mean-square 0.087 in log at one knob,
-    0.16-0.19 at three to five)."""
+    (``benchmarks/calibrate.py`` prints them by distance: root-mean-square about 0.09 in log at one and two
+    knobs, 0.15-0.19 at three to five)."""
     if margin >= 1.0:
         return 0.0
     return (1.0 - margin) ** math.sqrt(max(1, distance))
