@@ -33,7 +33,7 @@ EASY = dict(steptime.constants(), gemm_efficiency=1.0, gemm_half_rows=0.0, atten
             attention_exp_factor=1.0, attention_key_overhead=0.0, attention_sink_keys=0.0, expert_bias_factor=1.0,
             host_s_per_layer=0.0, step_overhead_s=0.0, nccl_latency_s=0.0, flex_latency_s=0.0,
             natural_imbalance=1.5, overlap_hide=1.0, delay_wgrad_hide=0.0, nccl_a2a_efficiency=1.0,
-            overlap_host_factor=1.0, fp8_quant_bytes=0.0, local_spec_factor=1.0, fp8_gain=2.0,
+            overlap_host_factor=1.0, fp8_quant_bytes=0.0, fp8_tensor_quant_bytes=0.0, local_spec_factor=1.0, fp8_gain=2.0,
             flex_efficiency=1.0,
             host_s_per_expert=0.0, delay_wgrad_host=0.0, overlap_sync_s=0.0)  # (constants of a later model)
 COLL = 0.75    # NCCL ring collective efficiency (steptime.COLLECTIVE_EFFICIENCY)
@@ -161,7 +161,7 @@ def test_unfused_attention_moves_the_whole_score_matrix_through_hbm():
 
 def test_fp8_quantisation_bytes_by_hand():
     """Per token: forward operands h + heads*dv + k*imb*(h + f), backward attention_params/h + k*imb*(2f + h)."""
-    b = Batch(1024, 1, 2, "fp8-cs", force_balance=False)
+    b = Batch(1024, 1, 2, "mxfp8", force_balance=False)
     q1 = est(Candidate(), b, 1, fp8_quant_bytes=1.0).terms["compute"]
     q0 = est(Candidate(), b, 1, fp8_quant_bytes=0.0).terms["compute"]
     h, f_e, k, imb = 1024, 512, 2, 1.5
@@ -888,7 +888,7 @@ def test_fp8_quantisation_reads_the_attention_gradient_width_unrounded():
     m = dict(TOY, hidden_size=1000, attention="mla", q_lora_rank=384, kv_lora_rank=256)
     h, f_e, k = 1000, 512, 2
     assert _attention_params(m) % h != 0
-    b = Batch(1024, 1, 2, "fp8-cs", force_balance=True)
+    b = Batch(1024, 1, 2, "mxfp8", force_balance=True)
     q1 = est(Candidate(), b, 1, m, fp8_quant_bytes=1.0).terms["compute"]
     q0 = est(Candidate(), b, 1, m, fp8_quant_bytes=0.0).terms["compute"]
     per_token = h + 16 * 64 + k * (h + f_e) + _attention_params(m) / h + k * (2 * f_e + h)

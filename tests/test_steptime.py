@@ -20,7 +20,7 @@ EASY = dict(steptime.constants(), gemm_efficiency=1.0, gemm_half_rows=0.0, atten
             attention_exp_factor=1.0, attention_key_overhead=0.0, attention_sink_keys=0.0, expert_bias_factor=1.0,
             host_s_per_layer=0.0, step_overhead_s=0.0, nccl_latency_s=0.0, flex_latency_s=0.0,
             natural_imbalance=1.5, overlap_hide=1.0, delay_wgrad_hide=0.0, nccl_a2a_efficiency=1.0,
-            overlap_host_factor=1.0, fp8_quant_bytes=0.0,  # quantisation: its own test
+            overlap_host_factor=1.0, fp8_quant_bytes=0.0, fp8_tensor_quant_bytes=0.0,  # quantisation: own tests
             host_s_per_expert=0.0, overlap_sync_s=0.0)      # per-expert host time, overlap waits: their own tests
 
 
@@ -309,7 +309,7 @@ def test_blackwell_ultra_gain_scales_gemm_throughput_of_compute_capability_10_3_
 def test_fp8_quantisation_is_memory_bound_work_that_weighs_most_in_narrow_models():
     """Each GEMM operand element is quantised (amax, cast, transposed copy) at HBM speed: the cost grows with
     fp8_quant_bytes, and relative to the GEMM FLOPs it is larger for a narrow model than a wide one."""
-    b8 = Batch(4096, 1, 8, "fp8-cs")
+    b8 = Batch(4096, 1, 8, "mxfp8")
     def compute(m, qb):
         return steptime.estimate(m, hw(), Candidate(), b8, 1, dict(EASY, fp8_quant_bytes=qb)).terms["compute"]
     wide = dict(TOY, hidden_size=4096, moe_ffn_hidden_size=2048, kv_channels=256)
@@ -319,6 +319,36 @@ def test_fp8_quantisation_is_memory_bound_work_that_weighs_most_in_narrow_models
     bf = Batch(4096, 1, 8, "bf16")
     assert steptime.estimate(TOY, hw(), Candidate(), bf, 1, dict(EASY, fp8_quant_bytes=4.0)).step_s == \
         steptime.estimate(TOY, hw(), Candidate(), bf, 1, dict(EASY, fp8_quant_bytes=0.0)).step_s
+
+
+def test_per_tensor_fp8_pays_its_measured_quantisation_bytes_and_block_scaled_fp8_the_fitted_ones():
+    """Current and delayed scaling (an amax pass per tensor) quantise at fp8_tensor_quant_bytes, measured on
+    H100; MXFP8 and blockwise at the fitted fp8_quant_bytes."""
+    c = dict(EASY, fp8_gain=2.0, fp8_quant_bytes=1.0, fp8_tensor_quant_bytes=5.0)
+    def compute(precision, **over):
+        return steptime.estimate(TOY, hw(), Candidate(), Batch(4096, 1, 8, precision), 1, dict(c, **over)).terms["compute"]
+    for per_tensor in ("fp8-cs", "fp8-ds"):
+        assert compute(per_tensor) > compute(per_tensor, fp8_tensor_quant_bytes=1.0)
+        assert compute(per_tensor) == compute(per_tensor, fp8_quant_bytes=9.0)
+    for block in ("mxfp8", "fp8-blockwise"):
+        assert compute(block) == compute(block, fp8_tensor_quant_bytes=9.0)
+        assert compute(block) < compute(block, fp8_quant_bytes=5.0)
+    # same operands, 5 bytes instead of 1: the per-tensor recipe's quantisation costs five times as much
+    q = lambda p, **o: compute(p, **o) - compute(p, fp8_quant_bytes=0.0, fp8_tensor_quant_bytes=0.0)  # noqa: E731
+    assert q("fp8-cs") == pytest.approx(5 * q("mxfp8"))
+
+
+def test_the_per_tensor_fp8_constant_is_what_the_h100_measurement_gives():
+    import json
+    import sys
+    sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
+    import fp8_fit
+    doc = json.loads((ROOT / "benchmarks/results/fp8-micro-h100-2026-11-26/fp8_micro.json").read_text())
+    got = fp8_fit.derive(doc)
+    assert steptime.constants()["fp8_tensor_quant_bytes"] == pytest.approx(got["fp8_tensor_quant_bytes"], rel=1e-3)
+    assert got["_points"] == 12                                   # six shapes x current and delayed scaling
+    # the GEMM gain the same measurement implies is close to the one the calibration fits
+    assert got["fp8_gemm_gain"] == pytest.approx(steptime.constants()["fp8_gain"], rel=0.1)
 
 
 # -- issue 10/11: the 4x H100 Transformer Engine grid (benchmarks/results/te-h100x4-2026-11-26) --------------

@@ -44,6 +44,7 @@ from mocompile.memory import _attention_params, parameters
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "steptime.yaml")
 FP8_PRECISIONS = ("fp8-cs", "fp8-ds", "fp8-blockwise", "mxfp8", "nvfp4")
+PER_TENSOR_FP8 = ("fp8-cs", "fp8-ds")   # one scale per tensor: current or delayed scaling
 # Communication SMs a dispatcher's kernels occupy while they run (flex: its SM budget; NCCL: its channels).
 NCCL_A2A_SMS = 16
 # Published per-link efficiencies of the flex kernels (DeepEP README, H800: 153 of ~160 GB/s NVLink,
@@ -377,7 +378,10 @@ class StepModel:
             f_e = m["moe_ffn_hidden_size"]
             fwd_in = h + m["num_attention_heads"] * dv + k * imbalance * (h + f_e)    # QKV, proj, fc1, fc2 inputs
             bwd_in = _attention_params(m) / h + k * imbalance * (2 * f_e + h)         # their outputs' gradients
-            elem_bytes += per_rank * (fwd_in + bwd_in) * c["fp8_quant_bytes"]
+            # per-tensor scaling (current or delayed: an amax pass before each cast) measured on H100; MXFP8 and
+            # blockwise scales are fitted
+            per_tensor = batch.precision in PER_TENSOR_FP8
+            elem_bytes += per_rank * (fwd_in + bwd_in) * c["fp8_tensor_quant_bytes" if per_tensor else "fp8_quant_bytes"]
         t_elem = elem_bytes / (hw["hbm_tbps"] * 1e12 * HBM_EFFICIENCY)
         if not batch.te:  # the local spec runs norms, RoPE, SwiGLU, permutation and loss as many unfused kernels
             t_elem *= c["local_spec_factor"]

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-mid-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:ceef839f3aabe143 input sha256:ba308b22be8db5d4
+# mocompile: checksum sha256:800e06f3158b3c4a input sha256:ba308b22be8db5d4
 """bench-mid-auto: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -125,14 +125,14 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 2048  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.45 s/step, 120 TFLOPS/GPU, 41.9 GiB (of 107 candidates scored)
-    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.45 s/step; see tensor_model_parallel_size)
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.45 s/step; see tensor_model_parallel_size)
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.44 s/step, 123 TFLOPS/GPU, 41.9 GiB (of 107 candidates scored)
+    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.44 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.44 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
-    model.context_parallel_size = 1  # goal: part of the chosen plan (0.45 s/step; see tensor_model_parallel_size)
-    model.expert_model_parallel_size = 4  # goal: part of the chosen plan (0.45 s/step; see tensor_model_parallel_size)
-    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.45 s/step; see tensor_model_parallel_size)
-    model.sequence_parallel = False  # goal: part of the chosen plan (0.45 s/step; see tensor_model_parallel_size)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (0.44 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 4  # goal: part of the chosen plan (0.44 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.44 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (0.44 s/step; see tensor_model_parallel_size)
     model.moe_flex_dispatcher_num_sms = 20  # derived: flex dispatcher SM budget used by the shipped perf recipes
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
@@ -142,7 +142,7 @@ def build_config() -> ConfigContainer:
     model.recompute_num_layers = None  # goal: lightest recompute that fits: 41.9 GiB <= 74 GiB usable
     model.recompute_modules = None  # goal: lightest recompute that fits: 41.9 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack: no TE graphs
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.45 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.44 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (tiny-moe+custom)
     model.apply_rope_fusion = False  # goal: needs TE >= 1.4 and, with MLA, YaRN RoPE (transformer_config.py)
@@ -157,11 +157,11 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     # Bridge's own helper sets the flex dispatcher and clears shared-expert overlap.
-    apply_flex_dispatcher_backend(model, 'deepep')  # goal: part of the chosen plan (0.45 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall +0.03 s; hybridep +0.00 s
+    apply_flex_dispatcher_backend(model, 'deepep')  # goal: part of the chosen plan (0.44 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall +0.03 s; hybridep +0.00 s
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.45 s/step; see tensor_model_parallel_size); overlap on: +0.01 s
-        delay_wgrad_compute=False,  # goal: part of the chosen plan (0.45 s/step; see tensor_model_parallel_size)
+        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.44 s/step; see tensor_model_parallel_size); overlap on: +0.01 s
+        delay_wgrad_compute=False,  # goal: part of the chosen plan (0.44 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=False,  # derived: no interleaved pipeline
         batch_p2p_comm=False,  # derived: not needed
         overlap_grad_reduce=True,  # derived: overlap the DP gradient reduce-scatter

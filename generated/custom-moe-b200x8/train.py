@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/custom-moe-b200x8.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:02bd548426b549d4 input sha256:6341e99c59d6e90e
+# mocompile: checksum sha256:992295caaf755cb8 input sha256:6341e99c59d6e90e
 """custom-moe-b200x8: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 research-moe-12b on 8x NVIDIA B200 (HGX/DGX B200), goal throughput.
@@ -114,14 +114,14 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 4096  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 3.42 s/step, 443 TFLOPS/GPU, 40.4 GiB (of 346 candidates scored)
-    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (3.42 s/step; see tensor_model_parallel_size)
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (3.42 s/step; see tensor_model_parallel_size)
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 3.37 s/step, 450 TFLOPS/GPU, 40.4 GiB (of 346 candidates scored)
+    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (3.37 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (3.37 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
-    model.context_parallel_size = 1  # goal: part of the chosen plan (3.42 s/step; see tensor_model_parallel_size)
-    model.expert_model_parallel_size = 8  # goal: part of the chosen plan (3.42 s/step; see tensor_model_parallel_size)
-    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (3.42 s/step; see tensor_model_parallel_size)
-    model.sequence_parallel = False  # goal: part of the chosen plan (3.42 s/step; see tensor_model_parallel_size)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (3.37 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 8  # goal: part of the chosen plan (3.37 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (3.37 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (3.37 s/step; see tensor_model_parallel_size)
     model.moe_flex_dispatcher_num_sms = 20  # derived: flex dispatcher SM budget used by the shipped perf recipes
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
@@ -130,8 +130,8 @@ def build_config() -> ConfigContainer:
     model.recompute_method = None  # goal: lightest recompute that fits: 40.4 GiB <= 166 GiB usable
     model.recompute_num_layers = None  # goal: lightest recompute that fits: 40.4 GiB <= 166 GiB usable
     model.recompute_modules = None  # goal: lightest recompute that fits: 40.4 GiB <= 166 GiB usable
-    model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (3.42 s/step; see tensor_model_parallel_size); no graphs: +0.12 s
-    model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: part of the chosen plan (3.42 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (3.37 s/step; see tensor_model_parallel_size); no graphs: +0.06 s
+    model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: part of the chosen plan (3.37 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker
     model.mtp_num_layers = None  # model: model catalogue (custom)
     model.apply_rope_fusion = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: fused RoPE (TE >= 1.4)
@@ -146,11 +146,11 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     # Bridge's own helper sets the flex dispatcher and clears shared-expert overlap.
-    apply_flex_dispatcher_backend(model, 'deepep')  # goal: part of the chosen plan (3.42 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall +0.19 s; hybridep +0.00 s
+    apply_flex_dispatcher_backend(model, 'deepep')  # goal: part of the chosen plan (3.37 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall +0.22 s; hybridep +0.00 s
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (3.42 s/step; see tensor_model_parallel_size); overlap on: +0.18 s
-        delay_wgrad_compute=False,  # goal: part of the chosen plan (3.42 s/step; see tensor_model_parallel_size)
+        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (3.37 s/step; see tensor_model_parallel_size); overlap on: +0.14 s
+        delay_wgrad_compute=False,  # goal: part of the chosen plan (3.37 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=False,  # derived: no interleaved pipeline
         batch_p2p_comm=False,  # derived: not needed
         overlap_grad_reduce=True,  # derived: overlap the DP gradient reduce-scatter

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/gpt-oss-20b-h100x8-bringup.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:6470c6f0edafb49a input sha256:230b3302bd208356
+# mocompile: checksum sha256:7362764dd01556ea input sha256:230b3302bd208356
 """gpt-oss-20b-h100x8-bringup: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 GPT-OSS-20B on 8x NVIDIA H100 80GB HBM3, goal bring-up.
@@ -77,16 +77,16 @@ def build_config() -> ConfigContainer:
     cfg.tokenizer, cfg.logger, cfg.checkpoint = tokenizer, logger, checkpoint
     model = cfg.model
     model.seq_length = 4096  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: simplest legal plan (alltoall, no overlap, no graphs, least model parallelism): 3.34 s/step, 225 TFLOPS/GPU, 73.0 GiB (of 19 candidates scored)
-    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (3.34 s/step; see tensor_model_parallel_size)
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (3.34 s/step; see tensor_model_parallel_size)
+    model.tensor_model_parallel_size = 1  # goal: simplest legal plan (alltoall, no overlap, no graphs, least model parallelism): 3.30 s/step, 228 TFLOPS/GPU, 73.0 GiB (of 19 candidates scored)
+    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (3.30 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (3.30 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
-    model.context_parallel_size = 1  # goal: part of the chosen plan (3.34 s/step; see tensor_model_parallel_size)
-    model.expert_model_parallel_size = 8  # goal: part of the chosen plan (3.34 s/step; see tensor_model_parallel_size)
-    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (3.34 s/step; see tensor_model_parallel_size)
-    model.sequence_parallel = False  # goal: part of the chosen plan (3.34 s/step; see tensor_model_parallel_size)
-    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (3.34 s/step; see tensor_model_parallel_size)
-    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (3.34 s/step; see tensor_model_parallel_size)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (3.30 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 8  # goal: part of the chosen plan (3.30 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (3.30 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (3.30 s/step; see tensor_model_parallel_size)
+    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (3.30 s/step; see tensor_model_parallel_size)
+    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (3.30 s/step; see tensor_model_parallel_size)
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
@@ -95,8 +95,8 @@ def build_config() -> ConfigContainer:
     model.recompute_method = None  # goal: lightest recompute that fits: 73.0 GiB <= 74 GiB usable
     model.recompute_num_layers = None  # goal: lightest recompute that fits: 73.0 GiB <= 74 GiB usable
     model.recompute_modules = None  # goal: lightest recompute that fits: 73.0 GiB <= 74 GiB usable
-    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (3.34 s/step; see tensor_model_parallel_size)
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (3.34 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (3.30 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (3.30 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (gpt-oss-20b)
     model.apply_rope_fusion = False  # goal: goal bring-up: Megatron's default
@@ -113,7 +113,7 @@ def build_config() -> ConfigContainer:
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
         overlap_moe_expert_parallel_comm=False,  # goal: goal bring-up: no EP overlap (it keeps one more micro-batch of activations alive)
-        delay_wgrad_compute=False,  # goal: part of the chosen plan (3.34 s/step; see tensor_model_parallel_size)
+        delay_wgrad_compute=False,  # goal: part of the chosen plan (3.30 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=False,  # derived: no interleaved pipeline
         batch_p2p_comm=False,  # derived: not needed
         overlap_grad_reduce=True,  # derived: overlap the DP gradient reduce-scatter

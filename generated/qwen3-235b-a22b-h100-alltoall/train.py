@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-235b-a22b-h100-alltoall.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:bc0aa8aa4ac0cda2 input sha256:1e05ab9d46adf773
+# mocompile: checksum sha256:457067a01edf50d2 input sha256:1e05ab9d46adf773
 """qwen3-235b-a22b-h100-alltoall: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-235B-A22B on 256x NVIDIA H100 80GB HBM3, goal throughput.
@@ -83,10 +83,10 @@ def build_config() -> ConfigContainer:
     model.pipeline_model_parallel_size = 8  # user: pinned in the recipe
     model.virtual_pipeline_model_parallel_size = 4  # user: pinned in the recipe
     model.pipeline_model_parallel_layout = 'Ett|(ttt|)*30ttL'  # derived: balanced layout: embedding and loss counted as a layer each [PP002, PP003]
-    model.context_parallel_size = 1  # goal: part of the chosen plan (27.20 s/step; see tensor_model_parallel_size)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (27.65 s/step; see tensor_model_parallel_size)
     model.expert_model_parallel_size = 32  # user: pinned in the recipe
     model.expert_tensor_parallel_size = 1  # user: pinned in the recipe
-    model.sequence_parallel = True  # goal: part of the chosen plan (27.20 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = True  # goal: part of the chosen plan (27.65 s/step; see tensor_model_parallel_size)
     model.moe_token_dispatcher_type = 'alltoall'  # user: pinned in the recipe
     model.moe_flex_dispatcher_backend = None  # user: pinned in the recipe
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
@@ -97,8 +97,8 @@ def build_config() -> ConfigContainer:
     model.recompute_method = None  # goal: lightest recompute that fits: 70.2 GiB <= 74 GiB usable
     model.recompute_num_layers = None  # goal: lightest recompute that fits: 70.2 GiB <= 74 GiB usable
     model.recompute_modules = None  # goal: lightest recompute that fits: 70.2 GiB <= 74 GiB usable
-    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (27.20 s/step; see tensor_model_parallel_size)
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (27.20 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (27.65 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (27.65 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (qwen3-235b-a22b)
     model.apply_rope_fusion = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: fused RoPE (TE >= 1.4)
@@ -115,7 +115,7 @@ def build_config() -> ConfigContainer:
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
         overlap_moe_expert_parallel_comm=True,  # user: pinned in the recipe
-        delay_wgrad_compute=True,  # goal: part of the chosen plan (27.20 s/step; see tensor_model_parallel_size)
+        delay_wgrad_compute=True,  # goal: part of the chosen plan (27.65 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=True,  # derived: interleaved pipeline: overlap p2p (Bridge's derivation)
         batch_p2p_comm=False,  # derived: not needed
         overlap_grad_reduce=True,  # derived: overlap the DP gradient reduce-scatter

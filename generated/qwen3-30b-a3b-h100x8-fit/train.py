@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-30b-a3b-h100x8-fit.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:412bafa218ffba0d input sha256:9f88ae4b995acb74
+# mocompile: checksum sha256:d279668d8cb30530 input sha256:9f88ae4b995acb74
 """qwen3-30b-a3b-h100x8-fit: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-30B-A3B on 8x NVIDIA H100 80GB HBM3, goal fit.
@@ -77,16 +77,16 @@ def build_config() -> ConfigContainer:
     cfg.tokenizer, cfg.logger, cfg.checkpoint = tokenizer, logger, checkpoint
     model = cfg.model
     model.seq_length = 8192  # training.seq_length
-    model.tensor_model_parallel_size = 8  # goal: lowest predicted memory, then fastest: 52.33 s/step, 140 TFLOPS/GPU, 68.3 GiB (of 57 candidates scored)
-    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (52.33 s/step; see tensor_model_parallel_size)
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (52.33 s/step; see tensor_model_parallel_size)
+    model.tensor_model_parallel_size = 8  # goal: lowest predicted memory, then fastest: 52.03 s/step, 141 TFLOPS/GPU, 68.3 GiB (of 57 candidates scored)
+    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (52.03 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (52.03 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
-    model.context_parallel_size = 1  # goal: part of the chosen plan (52.33 s/step; see tensor_model_parallel_size)
-    model.expert_model_parallel_size = 8  # goal: part of the chosen plan (52.33 s/step; see tensor_model_parallel_size)
-    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (52.33 s/step; see tensor_model_parallel_size)
-    model.sequence_parallel = True  # goal: part of the chosen plan (52.33 s/step; see tensor_model_parallel_size)
-    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (52.33 s/step; see tensor_model_parallel_size)
-    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (52.33 s/step; see tensor_model_parallel_size)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (52.03 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 8  # goal: part of the chosen plan (52.03 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (52.03 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = True  # goal: part of the chosen plan (52.03 s/step; see tensor_model_parallel_size)
+    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (52.03 s/step; see tensor_model_parallel_size)
+    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (52.03 s/step; see tensor_model_parallel_size)
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
@@ -95,8 +95,8 @@ def build_config() -> ConfigContainer:
     model.recompute_method = None  # goal: lightest recompute that fits: 68.3 GiB <= 74 GiB usable
     model.recompute_num_layers = None  # goal: lightest recompute that fits: 68.3 GiB <= 74 GiB usable
     model.recompute_modules = ['layernorm', 'moe', 'core_attn']  # goal: lightest recompute that fits: 68.3 GiB <= 74 GiB usable
-    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (52.33 s/step; see tensor_model_parallel_size)
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (52.33 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (52.03 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (52.03 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (qwen3-30b-a3b)
     model.apply_rope_fusion = False  # goal: goal fit: Megatron's default
@@ -113,7 +113,7 @@ def build_config() -> ConfigContainer:
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
         overlap_moe_expert_parallel_comm=False,  # goal: goal fit: no EP overlap (it keeps one more micro-batch of activations alive)
-        delay_wgrad_compute=False,  # goal: part of the chosen plan (52.33 s/step; see tensor_model_parallel_size)
+        delay_wgrad_compute=False,  # goal: part of the chosen plan (52.03 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=False,  # derived: no interleaved pipeline
         batch_p2p_comm=False,  # derived: not needed
         overlap_grad_reduce=False,  # derived: no data parallelism

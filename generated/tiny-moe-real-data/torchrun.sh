@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/tiny-moe-real-data.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:95b8a15f4a1bd5b0 input sha256:f85125a41a92271d
+# mocompile: checksum sha256:95b8a15f4a1bd5b0 input sha256:3fadbc35df34ccd9
 # tiny-moe-real-data: torchrun launcher for 2 GPUs (1 node(s) x 2).
 # Run it on every node. Multi-node: set NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT.
 # MOCOMPILE_DRY_RUN=1 runs the preflight, prints the command and environment, and exits 0.

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/tiny-moe-real-data.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:9930edb6ca50ed14 input sha256:f85125a41a92271d
+# mocompile: checksum sha256:16e1182371905ad5 input sha256:3fadbc35df34ccd9
 """tiny-moe-real-data: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 2x NVIDIA H100 80GB HBM3, goal throughput.
@@ -141,16 +141,16 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 1024  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.23 s/step, 24 TFLOPS/GPU, 6.1 GiB (of 36 candidates scored)
-    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.23 s/step; see tensor_model_parallel_size)
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.23 s/step; see tensor_model_parallel_size)
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.20 s/step, 28 TFLOPS/GPU, 6.1 GiB (of 12 candidates scored)
+    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.20 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.20 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
-    model.context_parallel_size = 1  # goal: part of the chosen plan (0.23 s/step; see tensor_model_parallel_size)
-    model.expert_model_parallel_size = 2  # goal: part of the chosen plan (0.23 s/step; see tensor_model_parallel_size)
-    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.23 s/step; see tensor_model_parallel_size)
-    model.sequence_parallel = False  # goal: part of the chosen plan (0.23 s/step; see tensor_model_parallel_size)
-    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (0.23 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -0.00 s; hybridep -0.00 s
-    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (0.23 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -0.00 s; hybridep -0.00 s
+    model.context_parallel_size = 1  # goal: part of the chosen plan (0.20 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 2  # goal: part of the chosen plan (0.20 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.20 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (0.20 s/step; see tensor_model_parallel_size)
+    model.moe_token_dispatcher_type = 'alltoall'  # user: pinned in the recipe
+    model.moe_flex_dispatcher_backend = None  # user: pinned in the recipe
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
@@ -160,7 +160,7 @@ def build_config() -> ConfigContainer:
     model.recompute_num_layers = None  # goal: lightest recompute that fits: 6.1 GiB <= 74 GiB usable
     model.recompute_modules = None  # goal: lightest recompute that fits: 6.1 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack: no TE graphs
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.23 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.20 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (tiny-moe)
     model.apply_rope_fusion = False  # goal: needs TE >= 1.4 and, with MLA, YaRN RoPE (transformer_config.py)
@@ -176,8 +176,8 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.23 s/step; see tensor_model_parallel_size); overlap on: +0.02 s
-        delay_wgrad_compute=False,  # goal: part of the chosen plan (0.23 s/step; see tensor_model_parallel_size)
+        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.20 s/step; see tensor_model_parallel_size); overlap on: +0.01 s
+        delay_wgrad_compute=False,  # goal: part of the chosen plan (0.20 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=False,  # derived: no interleaved pipeline
         batch_p2p_comm=False,  # derived: not needed
         overlap_grad_reduce=True,  # derived: overlap the DP gradient reduce-scatter
