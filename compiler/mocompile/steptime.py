@@ -47,9 +47,8 @@ FP8_PRECISIONS = ("fp8-cs", "fp8-ds", "fp8-blockwise", "mxfp8", "nvfp4")
 PER_TENSOR_FP8 = ("fp8-cs", "fp8-ds")   # one scale per tensor: current or delayed scaling
 # Communication SMs a dispatcher's kernels occupy while they run (flex: its SM budget; NCCL: its channels).
 NCCL_A2A_SMS = 16
-# Published per-link efficiencies of the flex kernels (DeepEP README, H800: 153 of ~160 GB/s NVLink,
-# 43-58 of 50 GB/s RDMA in normal mode); HybridEP is documented at DeepEP's level on NVL8 and NVL72.
-FLEX_LINK_EFFICIENCY = {"deepep": 0.9, "hybridep": 0.9}
+# The flex dispatchers: one link efficiency serves both (``flex_efficiency`` in data/steptime.yaml says why).
+FLEX_BACKENDS = ("deepep", "hybridep")
 COLLECTIVE_EFFICIENCY = 0.75   # NCCL ring all-gather / reduce-scatter bus efficiency on large messages
 HBM_EFFICIENCY = 0.7           # share of HBM bandwidth elementwise kernels reach
 UNFUSED_SCORE_PASSES = 12      # HBM passes over the attention scores without fused attention (fwd + bwd)
@@ -247,8 +246,8 @@ def a2a_seconds(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, tokens: 
     local = max(1, min(cand.ep, width // cand.etp))
     nodes = group / local
     token_bytes = m["hidden_size"] * 2.0
-    if cand.dispatcher in FLEX_LINK_EFFICIENCY:
-        eff_nvl = eff_net = c.get("flex_efficiency", FLEX_LINK_EFFICIENCY[cand.dispatcher])
+    if cand.dispatcher in FLEX_BACKENDS:
+        eff_nvl = eff_net = c["flex_efficiency"]
         # once per destination node over the network, then once per destination rank inside a node
         net_copies = _distinct(k, nodes) * (nodes - 1) / nodes if nodes > 1 else 0.0
         nvl_copies = _distinct(k / nodes, local) * (local - 1) / local * nodes if local > 1 else 0.0
@@ -316,13 +315,13 @@ class StepModel:
         self.f = f = _per_token(_model_key(m), s)
         self.n_moe, self.n_dense, self.mtp = _layers(m)
         self.fp8 = batch.precision in FP8_PRECISIONS
-        peak = hw["bf16_dense_tflops"] * 1e12 * (c["fp8_gain"] if self.fp8 else 1.0)
+        peak_bf16 = hw["bf16_dense_tflops"] * 1e12
         if hw.get("arch") == "blackwell":
-            peak *= c["blackwell_efficiency"]
+            peak_bf16 *= c["blackwell_efficiency"]
             if _cc(hw) == "10.3":  # Blackwell Ultra (B300/GB300)
-                peak *= c["blackwell_ultra_gain"]
-        self.peak = peak
-        self.peak_bf16 = peak / c["fp8_gain"] if self.fp8 else peak
+                peak_bf16 *= c["blackwell_ultra_gain"]
+        self.peak_bf16 = peak_bf16                      # the attention core's, unless FP8 attention is on
+        self.peak = peak_bf16 * (c["fp8_gain"] if self.fp8 else 1.0)
         self.imbalance = 1.0 if batch.force_balance else c["natural_imbalance"]
         self.flops = _flops_per_token(m, f) * batch.global_batch_size * s
         self._compute: dict[tuple[int, int, int], tuple[float, ...]] = {}
