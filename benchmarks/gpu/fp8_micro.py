@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
-import traceback
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gptoss_micro import kernel_ms, timed  # noqa: E402
+from microbench import kernel_ms, run_rounds, timed
 
 # (name, experts (0 = a plain Linear), rows per expert, in, out)
 SHAPES = [
@@ -65,21 +62,9 @@ def main() -> int:
     res: dict = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "cases": {}}
     cases = [(f"{name} {r}", (r, e, rows, din, dout)) for name, e, rows, din, dout in SHAPES
              for r in ("bf16", "fp8-cs", "fp8-ds")]
-    runs: dict = {name: [] for name, _ in cases}
-    for _ in range(int(os.environ.get("ROUNDS", "2"))):
-        for name, args in cases:
-            try:
-                runs[name].append(case(te, torch, *args))
-            except Exception as e:  # a recipe the host cannot run is a finding, not a crash
-                runs[name].append({"error": f"{type(e).__name__}: {e}"[:400], "trace": traceback.format_exc()[-1200:]})
-            torch.cuda.empty_cache()
-    for name, rs in runs.items():
-        ok = [r for r in rs if "ms" in r]
-        r = dict(rs[0])
-        if ok:
-            for key in ("ms", "gpu_ms", "tflops"):
-                r[key] = statistics.median(x[key] for x in ok)
-        res["cases"][name] = r
+    res["cases"] = run_rounds(torch, [(name, lambda a=args: case(te, torch, *a)) for name, args in cases],
+                              int(os.environ.get("ROUNDS", "2")))
+    for name, r in res["cases"].items():
         print(f"{name:44s} " + (f"{r['ms']:8.3f} ms  kernels {r['gpu_ms']:8.3f} ms  {r['tflops']:7.1f} TFLOPS"
                                 if "ms" in r else r["error"][:200]), flush=True)
     with open(out_path, "w", encoding="utf-8") as fh:

@@ -18,13 +18,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import statistics
 import sys
-import traceback
+
+from microbench import kernel_ms, run_rounds, timed
 
 os.environ.setdefault("NVTE_DEBUG", "1")
 os.environ.setdefault("NVTE_DEBUG_LEVEL", "2")
-
 
 
 class _Backends(logging.Handler):
@@ -39,41 +38,6 @@ class _Backends(logging.Handler):
         if "backend" in msg.lower() and ("running with" in msg.lower() or "selected" in msg.lower()
                                          or "available" in msg.lower()):
             self.lines.append(msg[:300])
-
-
-def timed(torch, fn, reps: int = 10, warm: int = 3) -> float:
-    """Median milliseconds of ``fn`` (forward + backward)."""
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        out.append(a.elapsed_time(b))
-    return statistics.median(out)
-
-
-def kernel_ms(torch, fn, reps: int = 5) -> float:
-    """Milliseconds of GPU kernel time per call of ``fn`` (PyTorch profiler, CUDA activity only): the wall
-    time between CUDA events also counts the host's launch time whenever the GPU waits for it."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            fn()
-        torch.cuda.synchronize()
-    total_us = 0.0
-    for evt in prof.events():
-        if evt.device_type == DeviceType.CUDA:
-            total_us += evt.time_range.elapsed_us()
-    return total_us / reps / 1000.0
 
 
 def attention_case(te, torch, heads: int, groups: int, dim: int, batch: int, window, softmax: str,
@@ -169,30 +133,13 @@ def main() -> int:
                     cases.append((name, attn(heads, groups, dim, batch, seq, None if window is None else (window - 1, 0),
                                              softmax)))
     cases.append(("attn d64 h64 g8 s4096 b4 window128", attn(64, 8, 64, 4, 4096, (127, 0), "vanilla")))
-    rounds = int(os.environ.get("ROUNDS", "3"))
-    runs: dict = {name: [] for name, _ in cases}
-    for rnd in range(rounds):  # interleaved rounds: a slow moment of the GPU hits every case alike
-        for name, fn in cases:
-            backends.lines.clear()
-            try:
-                r = fn()
-            except Exception as e:  # record and go on: a missing backend is itself a finding
-                r = {"error": f"{type(e).__name__}: {e}"[:500], "trace": traceback.format_exc()[-1500:]}
-            if rnd == 0:
-                r["backend_log"] = backends.lines[-3:]
-            runs[name].append(r)
-            torch.cuda.empty_cache()
-    for name, rs in runs.items():
-        ok = [r for r in rs if "ms" in r]
-        r = dict(rs[0])
-        if ok:
-            r["ms_runs"] = [x["ms"] for x in ok]
-            r["ms"] = statistics.median(r["ms_runs"])
-            r["tflops"] = statistics.median(x["tflops"] for x in ok)
-            for key in ("fwd_ms", "gpu_ms"):
-                if key in ok[0]:
-                    r[key] = statistics.median(x[key] for x in ok)
-        res["cases"][name] = r
+    def first_round_backends(r: dict, rnd: int) -> None:
+        if rnd == 0:
+            r["backend_log"] = backends.lines[-3:]
+
+    res["cases"] = run_rounds(torch, cases, int(os.environ.get("ROUNDS", "3")), before=backends.lines.clear,
+                              after=first_round_backends)
+    for name, r in res["cases"].items():
         print(f"{name:44s} " + (f"{r['ms']:8.3f} ms {r['tflops']:7.1f} TFLOPS"
                                 + (f"  fwd {r['fwd_ms']:.3f} ms" if "fwd_ms" in r else "")
                                 + (f"  kernels {r['gpu_ms']:.3f} ms" if "gpu_ms" in r else "")

@@ -1,0 +1,75 @@
+"""Timing helpers of the one-GPU micro-benchmarks (gptoss_micro.py, fp8_micro.py): CUDA-event wall time, GPU
+kernel time from the PyTorch profiler, and interleaved rounds aggregated by median."""
+from __future__ import annotations
+
+import statistics
+import traceback
+from typing import Any, Callable
+
+
+def timed(torch, fn, reps: int = 10, warm: int = 3) -> float:
+    """Median milliseconds of ``fn`` (forward + backward) between CUDA events."""
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        out.append(a.elapsed_time(b))
+    return statistics.median(out)
+
+
+def kernel_ms(torch, fn, reps: int = 5) -> float:
+    """Milliseconds of GPU kernel time per call of ``fn`` (PyTorch profiler, CUDA activity only): the wall
+    time between CUDA events also counts the host's launch time whenever the GPU waits for it."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    total_us = 0.0
+    for evt in prof.events():
+        if evt.device_type == DeviceType.CUDA:
+            total_us += evt.time_range.elapsed_us()
+    return total_us / reps / 1000.0
+
+
+def run_rounds(torch, cases: list[tuple[str, Callable[[], dict[str, Any]]]], rounds: int,
+               before: Callable[[], None] | None = None,
+               after: Callable[[dict[str, Any], int], None] | None = None) -> dict[str, dict[str, Any]]:
+    """Every case once per round, rounds interleaved (a slow moment of the GPU hits every case alike); an
+    exception is recorded as the case's result, not raised (a missing backend is itself a finding). Returns
+    per case the first round's record with ``ms`` and the other timings replaced by their medians over the
+    rounds that ran (``ms_runs``: each round's ``ms``). ``before``/``after(record, round)`` wrap each case."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in cases}
+    for rnd in range(rounds):
+        for name, fn in cases:
+            if before:
+                before()
+            try:
+                r = fn()
+            except Exception as e:
+                r = {"error": f"{type(e).__name__}: {e}"[:500], "trace": traceback.format_exc()[-1500:]}
+            if after:
+                after(r, rnd)
+            runs[name].append(r)
+            torch.cuda.empty_cache()
+    out = {}
+    for name, rs in runs.items():
+        ok = [r for r in rs if "ms" in r]
+        r = dict(rs[0])
+        if ok:
+            r["ms_runs"] = [x["ms"] for x in ok]
+            for key in ("ms", "tflops", "fwd_ms", "gpu_ms"):
+                if key in ok[0]:
+                    r[key] = statistics.median(x[key] for x in ok)
+        out[name] = r
+    return out
