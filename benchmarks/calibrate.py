@@ -316,12 +316,13 @@ def ratio_errors_by_distance(rows: list[dict[str, Any]], c: dict[str, float]) ->
             groups.setdefault(setting(r), []).append(r)
     out: dict[int, list[float]] = {}
     for members in groups.values():
-        for i, a in enumerate(members):
-            for b in members[i + 1:]:
-                d = knob_distance(setup(a)[2], setup(b)[2])
+        # each row's plan, predicted and measured step once, not once per pair
+        rows_ = [(setup(r)[2], predict(r, c), measured_s(r)) for r in members]
+        for i, (cand_a, pred_a, meas_a) in enumerate(rows_):
+            for cand_b, pred_b, meas_b in rows_[i + 1:]:
+                d = knob_distance(cand_a, cand_b)
                 if d:
-                    pred = predict(a, c) / predict(b, c)
-                    out.setdefault(d, []).append(abs(math.log(pred * measured_s(b) / measured_s(a))))
+                    out.setdefault(d, []).append(abs(math.log(pred_a / pred_b * meas_b / meas_a)))
     return out
 
 

@@ -275,20 +275,25 @@ def test_biased_expert_gemms_cost_the_measured_factor_more():
     assert experts(dict(TOY, add_bias_linear=True)) == pytest.approx(1.25 * experts(dict(TOY, add_bias_linear=False)))
 
 
-def test_the_attention_and_bias_constants_are_what_the_h100_measurement_gives():
-    """data/steptime.yaml states the values benchmarks/gpu/attention_fit.py derives from the committed
-    micro-benchmark (GPU kernel time, 1x H100): a change to either shows here."""
+def _derived_from_measurement(module: str, results: str) -> dict:
+    """What benchmarks/gpu/<module>.py derives from a committed micro-benchmark run in benchmarks/results/."""
+    import importlib
     import json
     import sys
     sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
-    import attention_fit
-    doc = json.loads((ROOT / "benchmarks/results/gptoss-micro-h100-2026-11-26/gptoss_micro.json").read_text())
-    got = attention_fit.derive(doc)
+    doc = json.loads((ROOT / "benchmarks" / "results" / results).read_text())
+    return importlib.import_module(module).derive(doc)
+
+
+def test_the_attention_and_bias_constants_are_what_the_h100_measurement_gives():
+    """data/steptime.yaml states the values benchmarks/gpu/attention_fit.py derives from the committed
+    micro-benchmark (GPU kernel time, 1x H100): a change to either shows here."""
+    got = _derived_from_measurement("attention_fit", "gptoss-micro-h100-2026-11-26/gptoss_micro.json")
     c = steptime.constants()
     for name in ("attention_peak_share", "attention_exp_factor", "attention_key_overhead", "attention_sink_keys",
                  "expert_bias_factor"):
         assert c[name] == pytest.approx(got[name], rel=1e-3), name
-    # and the fit describes the cases: causal and windowed, both head widths, within 10 % of the kernel time
+    # the premise of stating the intercept in keys: both head widths give the same number of keys, within 10 %
     assert abs(got["_intercept_d64_ms"] / got["_slope_d64_us_per_key"] * 1e3
                - got["_intercept_d128_ms"] / got["_slope_d128_us_per_key"] * 1e3) < 0.1 * c["attention_key_overhead"]
 
@@ -339,12 +344,7 @@ def test_per_tensor_fp8_pays_its_measured_quantisation_bytes_and_block_scaled_fp
 
 
 def test_the_per_tensor_fp8_constant_is_what_the_h100_measurement_gives():
-    import json
-    import sys
-    sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
-    import fp8_fit
-    doc = json.loads((ROOT / "benchmarks/results/fp8-micro-h100-2026-11-26/fp8_micro.json").read_text())
-    got = fp8_fit.derive(doc)
+    got = _derived_from_measurement("fp8_fit", "fp8-micro-h100-2026-11-26/fp8_micro.json")
     assert steptime.constants()["fp8_tensor_quant_bytes"] == pytest.approx(got["fp8_tensor_quant_bytes"], rel=1e-3)
     assert got["_points"] == 12                                   # six shapes x current and delayed scaling
     # the GEMM gain the same measurement implies is close to the one the calibration fits
