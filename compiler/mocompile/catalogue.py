@@ -32,7 +32,7 @@ def gpus() -> dict[str, dict[str, Any]]:
 
 
 def _defaults(spec: dict[str, Any]) -> dict[str, Any]:
-    """Fill what Megatron itself would default (T7), so every field is explicit."""
+    """Fill what Megatron itself would default, so every field is explicit."""
     out = dict(spec)
     h, heads = out["hidden_size"], out["num_attention_heads"]
     out.setdefault("display", "custom MoE")

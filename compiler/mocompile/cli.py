@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from mocompile import __version__, formats
 from mocompile.errors import EXIT_CLEAN, EXIT_INPUT, EXIT_INTERNAL, InputError, UsageError
 from mocompile.ir import Diagnostic
+from mocompile.textsafe import terminal
 
 if TYPE_CHECKING:
     import argparse
@@ -132,7 +133,36 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
+class _TerminalSafe:
+    """A text stream that escapes control and bidi characters on their way out
+    (:func:`mocompile.textsafe.terminal`): whatever a message builder forgot to escape,
+    no recipe value drives the user's terminal or forges lines in a CI log."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(terminal(text))
+        return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _TerminalSafe(sys.stdout), _TerminalSafe(sys.stderr)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     program = argv is None  # the real command line (an in-process caller passes argv)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] not in VERBS and not argv[0].startswith("-"):

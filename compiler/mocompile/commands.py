@@ -13,6 +13,7 @@ from mocompile.cli import emit_diagnostics, json_dump
 from mocompile.errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_INPUT, InputError, UsageError
 from mocompile.ir import Diagnostic, Position
 from mocompile.project import load_settings
+from mocompile.textsafe import visible
 
 if TYPE_CHECKING:
     import argparse
@@ -109,8 +110,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
                     code = max(code, EXIT_FINDINGS)
                 elif problem:  # the file system said no: nothing to do with hand edits
                     diags.append(Diagnostic("WRITE", "error", problem, Position(r.source),
-                                            "check the output folder (-o / [tool.mocompile] output): it must be "
-                                            "a writable folder with free space"))
+                                            "check the output folder (-o / [tool.mocompile] output): it must be a real folder (not a symbolic link), "
+                                            "writable, with free space"))
                     code = max(code, EXIT_INPUT)
                 else:
                     written.append(os.path.join(out_dir, r.plan.name))
@@ -166,7 +167,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(json_dump([{k: v for k, v in r.items() if k != "fresh"} for r in report]))
     else:
         for r in bad:
-            print(f"{r['file'] or r['recipe']}: {r['status']}: {r['detail']}")
+            print(f"{visible(r['file'] or r['recipe'])}: {r['status']}: {visible(r['detail'])}")
             if args.diff and r["status"] == "stale" and os.path.exists(r["file"]):
                 import difflib
                 with open(r["file"], encoding="utf-8") as fh:
@@ -177,7 +178,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             stale = sorted({r["recipe"] for r in bad if r["recipe"] and r["status"] in ("stale", "missing", "extra")})
             edited = [r for r in bad if r["status"] == "edited"]
             if stale:
-                print(f"generated files are out of date: run `mocompile compile {' '.join(stale)}`")
+                print(f"generated files are out of date: run `mocompile compile {' '.join(map(visible, stale))}`")
             if edited:
                 print("hand-edited generated files: edit the recipe instead, then `mocompile compile --force ...`")
         else:
@@ -227,19 +228,19 @@ def cmd_explain(args: argparse.Namespace) -> int:
             "diagnostics": [d.as_dict() for d in r.diagnostics],
         }))
     else:
-        print(f"{plan.name}: {plan.model.get('display')} on {plan.hardware['world_size']}x {plan.hardware['display']}, "
-              f"goal {plan.goal}")
+        print(f"{plan.name}: {visible(plan.model.get('display'))} on {plan.hardware['world_size']}x "
+              f"{plan.hardware['display']}, goal {plan.goal}")
         width = max(len(k) for k in plan.settings)
         for key, d in plan.settings.items():
             if d.source in ("model", "hardware") and key not in ("num_layers", "num_moe_experts"):
                 continue
-            line = f"  {key:<{width}}  {d.value!r:<24} {d.source:<8} {d.reason}"
+            line = f"  {key:<{width}}  {visible(repr(d.value)):<24} {d.source:<8} {visible(d.reason)}"
             print(line)
             for alt, why in d.rejected:
-                print(f"  {'':<{width}}    rejected {alt!r}: {why}")
+                print(f"  {'':<{width}}    rejected {visible(repr(alt))}: {visible(why)}")
         print("environment:")
         for key, d in plan.env.items():
-            print(f"  {key}={d.value}  ({d.source}: {d.reason})")
+            print(f"  {key}={visible(d.value)}  ({d.source}: {visible(d.reason)})")
         m = plan.memory
         print(f"memory estimate: {m.get('total_gib')} GiB of {m.get('gpu_memory_gib')} GiB per GPU: PyTorch peak "
               f"{m.get('estimate_gib')} (weights+optimizer {m.get('weights_and_optimizer_gib')}, activations "

@@ -8,19 +8,23 @@ from typing import Any
 
 from mocompile import __version__
 from mocompile.ir import Diagnostic
+from mocompile.textsafe import visible
 
 COLOURS = {"error": "\033[31m", "warning": "\033[33m", "info": "\033[36m"}
 RESET, DIM, BOLD = "\033[0m", "\033[2m", "\033[1m"
 
 
 def text(diags: list[Diagnostic], colour: bool = False) -> str:
+    """One line per diagnostic (and one per hint). File names, messages and hints carry
+    input (keys, values, the recipe's file name): they are shown with escapes, never raw."""
     lines = []
     for d in diags:
         sev = f"{COLOURS.get(d.severity, '')}{d.severity}{RESET}" if colour else d.severity
-        where = f"{BOLD}{d.position}{RESET}" if colour else str(d.position)
-        lines.append(f"{where}: {sev} [{d.rule}] {d.message}")
+        pos = visible(d.position)
+        where = f"{BOLD}{pos}{RESET}" if colour else pos
+        lines.append(f"{where}: {sev} [{visible(d.rule)}] {visible(d.message)}")
         if d.hint:
-            lines.append(f"    {DIM if colour else ''}hint: {d.hint}{RESET if colour else ''}")
+            lines.append(f"    {DIM if colour else ''}hint: {visible(d.hint)}{RESET if colour else ''}")
     return "\n".join(lines)
 
 
@@ -29,7 +33,8 @@ def as_json(diags: list[Diagnostic]) -> str:
 
 
 def _gh_escape(value: str, prop: bool = False) -> str:
-    value = value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """GitHub's workflow-command escaping, after control characters other than CR/LF became escapes."""
+    value = visible(value, keep="\r\n").replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
     return value.replace(":", "%3A").replace(",", "%2C") if prop else value
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from mocompile import datafiles
 from mocompile.errors import UsageError
+from mocompile.textsafe import visible
 
 
 @dataclass
@@ -52,7 +53,13 @@ def load_settings(start: str = ".") -> Settings:
         if not isinstance(conf["recipes"], list) or not all(isinstance(x, str) for x in conf["recipes"]):
             raise UsageError("pyproject.toml [tool.mocompile] recipes must be a list of glob strings")
         s.recipes = conf["recipes"]
-    s.output = os.path.normpath(os.path.join(s.root, str(conf.get("output", s.output))))
+    output = conf.get("output", s.output)
+    if not isinstance(output, str) or not output or os.path.isabs(output) or \
+            os.path.normpath(output).split(os.sep)[0] == os.pardir or any(ord(c) < 32 for c in output):
+        # a committed pyproject.toml is as untrusted as a recipe: its output folder stays in the project
+        raise UsageError(f"pyproject.toml [tool.mocompile] output must be a folder inside the project, "
+                         f"relative to pyproject.toml (got {visible(repr(output))})")
+    s.output = os.path.normpath(os.path.join(s.root, output))
     s.strict = bool(conf.get("strict", False))
     return s
 

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-ep8-q30slice-deepep-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:b19b3622b8be2d81 input sha256:a967f570ef48b245
+# mocompile: checksum sha256:b6e360d1be14e175 input sha256:a967f570ef48b245
 """bench-ep8-q30slice-deepep-off: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-30B-A3B on 8x NVIDIA H100 80GB HBM3, goal throughput.
@@ -71,7 +71,7 @@ def _model() -> GPTModelProvider:
         share_embeddings_and_output_weights=False,  # untied embeddings
         moe_router_load_balancing_type='aux_loss',  # router
         moe_aux_loss_coeff=0.001,  # router
-        moe_router_dtype='fp32',  # fp32 routing for many experts (T79)
+        moe_router_dtype='fp32',  # fp32 routing for many experts
         attention_dropout=0.0,  # pretraining
         hidden_dropout=0.0,  # pretraining
         make_vocab_size_divisible_by=128,  # vocab padding
@@ -150,8 +150,8 @@ def build_config() -> ConfigContainer:
     model.cross_entropy_fusion_impl = 'native'  # goal: Megatron's default
     model.moe_permute_fusion = False  # goal: fused permutation needs TE >= 2.1 (transformer_config.py)
     model.cuda_graph_scope = None  # deprecated alias of cuda_graph_modules; both set raises
-    model.moe_deepep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms (S-4)
-    model.moe_hybridep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms (S-4)
+    model.moe_deepep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms
+    model.moe_hybridep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms
     model.account_for_embedding_in_pipeline_split = False  # pipeline split comes from the plan (layout or even split)
     model.account_for_loss_in_pipeline_split = False  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)

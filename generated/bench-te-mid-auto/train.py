@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:f3df8f829d685062 input sha256:d7d9ea441e863404
+# mocompile: checksum sha256:377dae48ac043da8 input sha256:d7d9ea441e863404
 """bench-te-mid-auto: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -70,7 +70,7 @@ def _model() -> GPTModelProvider:
         share_embeddings_and_output_weights=False,  # untied embeddings
         moe_router_load_balancing_type='aux_loss',  # router
         moe_aux_loss_coeff=0.001,  # router
-        moe_router_dtype='fp32',  # fp32 routing for many experts (T79)
+        moe_router_dtype='fp32',  # fp32 routing for many experts
         attention_dropout=0.0,  # pretraining
         hidden_dropout=0.0,  # pretraining
         make_vocab_size_divisible_by=128,  # vocab padding
@@ -141,8 +141,8 @@ def build_config() -> ConfigContainer:
     model.cross_entropy_fusion_impl = 'te'  # goal: Bridge perf_recipes/_common.py::_benchmark_common: cross_entropy_fusion_impl='te'
     model.moe_permute_fusion = True  # goal: perf recipes fuse token permutation (TE >= 2.1; the unfused permute is part of why the published alltoall run without it took 41.25 s vs 24.71 s for HybridEP)
     model.cuda_graph_scope = None  # deprecated alias of cuda_graph_modules; both set raises
-    model.moe_deepep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms (S-4)
-    model.moe_hybridep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms (S-4)
+    model.moe_deepep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms
+    model.moe_hybridep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms
     model.account_for_embedding_in_pipeline_split = False  # pipeline split comes from the plan (layout or even split)
     model.account_for_loss_in_pipeline_split = False  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)

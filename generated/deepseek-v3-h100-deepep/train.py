@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-h100-deepep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:8c193f7e28e6ffee input sha256:6fa67c8f10564798
+# mocompile: checksum sha256:2da0ee6e3bcc7c42 input sha256:6fa67c8f10564798
 """deepseek-v3-h100-deepep: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 DeepSeek-V3 (671B-A37B) on 1024x NVIDIA H100 80GB HBM3, goal throughput.
@@ -105,8 +105,8 @@ def build_config() -> ConfigContainer:
     model.cross_entropy_fusion_impl = 'te'  # goal: Bridge perf_recipes/_common.py::_benchmark_common: cross_entropy_fusion_impl='te'
     model.moe_permute_fusion = True  # goal: perf recipes fuse token permutation (TE >= 2.1; the unfused permute is part of why the published alltoall run without it took 41.25 s vs 24.71 s for HybridEP)
     model.cuda_graph_scope = None  # deprecated alias of cuda_graph_modules; both set raises
-    model.moe_deepep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms (S-4)
-    model.moe_hybridep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms (S-4)
+    model.moe_deepep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms
+    model.moe_hybridep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms
     model.account_for_embedding_in_pipeline_split = False  # pipeline split comes from the plan (layout or even split)
     model.account_for_loss_in_pipeline_split = False  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/gpt-oss-20b-h100x8-bringup.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:7362764dd01556ea input sha256:230b3302bd208356
+# mocompile: checksum sha256:2f289e791112e1f2 input sha256:230b3302bd208356
 """gpt-oss-20b-h100x8-bringup: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 GPT-OSS-20B on 8x NVIDIA H100 80GB HBM3, goal bring-up.
@@ -104,8 +104,8 @@ def build_config() -> ConfigContainer:
     model.cross_entropy_fusion_impl = 'native'  # goal: Megatron's default
     model.moe_permute_fusion = False  # goal: goal bring-up: Megatron's default
     model.cuda_graph_scope = None  # deprecated alias of cuda_graph_modules; both set raises
-    model.moe_deepep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms (S-4)
-    model.moe_hybridep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms (S-4)
+    model.moe_deepep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms
+    model.moe_hybridep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms
     model.account_for_embedding_in_pipeline_split = False  # pipeline split comes from the plan (layout or even split)
     model.account_for_loss_in_pipeline_split = False  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)

@@ -31,7 +31,7 @@ if str(ROOT / "compiler") not in sys.path:
 # A sized run (MOCOMPILE_FUZZ_EXAMPLES=N, the nightly) holds every input to it; CI's run holds
 # them to 2 s so a slow CI host cannot flake it, and prints the slowest input either way.
 SLOW_S = float(os.environ.get("MOCOMPILE_FUZZ_SLOW_S", 1.0 if "MOCOMPILE_FUZZ_EXAMPLES" in os.environ else 2.0))
-CI_COUNTS = {"recipes": 1500, "schema": 150, "overrides": 400, "bytes": 800, "atheris": 2000}
+CI_COUNTS = {"recipes": 1500, "schema": 150, "overrides": 400, "bytes": 800, "atheris": 2000, "injection": 40}
 CI_TOTAL = sum(CI_COUNTS.values())  # inputs per CI run, over all strategies
 
 

@@ -12,6 +12,7 @@ import os
 import re
 
 from mocompile import __version__
+from mocompile.textsafe import header_path
 
 MARK = "mocompile:"
 DO_NOT_EDIT = "generated file, do not edit: change the recipe and run `mocompile compile`"
@@ -23,10 +24,12 @@ def digest(text: str) -> str:
 
 
 def stamp_comment(body: str, source: str, input_hash: str, shebang: str | None = None) -> str:
-    """Prefix ``body`` with ``#`` header lines (after a shebang, if any)."""
+    """Prefix ``body`` with ``#`` header lines (after a shebang, if any). The source path is
+    percent-encoded (:func:`mocompile.textsafe.header_path`): a header line never carries raw
+    input, so a file name cannot end the comment or declare the file's encoding."""
     head = [shebang] if shebang else []
     head += [f"# {MARK} {DO_NOT_EDIT}",
-             f"# {MARK} source {source} (mocompile {__version__})",
+             f"# {MARK} source {header_path(source)} (mocompile {__version__})",
              f"# {MARK} checksum sha256:{digest(body)} input sha256:{input_hash}"]
     return "\n".join(head) + "\n" + body
 

@@ -65,7 +65,7 @@ def _custom_model(plan: Plan) -> list[dict[str, Any]]:
         ("add_bias_linear", bool(m["add_bias_linear"]), "model"), ("qk_layernorm", bool(m["qk_layernorm"]), "model"),
         ("share_embeddings_and_output_weights", False, "untied embeddings"),
         ("moe_router_load_balancing_type", "aux_loss", "router"), ("moe_aux_loss_coeff", 1e-3, "router"),
-        ("moe_router_dtype", "fp32", "fp32 routing for many experts (T79)"),
+        ("moe_router_dtype", "fp32", "fp32 routing for many experts"),
         ("attention_dropout", 0.0, "pretraining"), ("hidden_dropout", 0.0, "pretraining"),
         ("make_vocab_size_divisible_by", 128, "vocab padding"),
     ]
@@ -138,11 +138,11 @@ def context(plan: Plan, source: str) -> dict[str, Any]:
     # with the fields above (cuda_graph_scope + cuda_graph_modules raises; an SM alias is used by any backend).
     model_assignments += [
         {"field": "cuda_graph_scope", "value": None, "comment": "deprecated alias of cuda_graph_modules; both set raises"},
-        {"field": "moe_deepep_num_sms", "value": None, "comment": "deprecated alias of moe_flex_dispatcher_num_sms (S-4)"},
-        {"field": "moe_hybridep_num_sms", "value": None, "comment": "deprecated alias of moe_flex_dispatcher_num_sms (S-4)"},
+        {"field": "moe_deepep_num_sms", "value": None, "comment": "deprecated alias of moe_flex_dispatcher_num_sms"},
+        {"field": "moe_hybridep_num_sms", "value": None, "comment": "deprecated alias of moe_flex_dispatcher_num_sms"},
     ]
     # The plan's own split (even, or pipeline_model_parallel_layout) replaces a base recipe's
-    # uneven-split arguments: MCore rejects a layout combined with any of them (T59).
+    # uneven-split arguments: MCore rejects a layout combined with any of them.
     model_assignments += [
         {"field": f, "value": v, "comment": "pipeline split comes from the plan (layout or even split)"}
         for f, v in (("account_for_embedding_in_pipeline_split", False), ("account_for_loss_in_pipeline_split", False),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import keyword
 import os
 import re
 import shlex
@@ -17,44 +18,131 @@ from mocompile import __version__
 from mocompile.emit import header, python_recipe
 from mocompile.ir import Document, Plan
 from mocompile.project import find_root
+from mocompile.textsafe import visible
 
 TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
 
 
-def pyrepr(value: Any) -> str:
-    """A Python literal for a plain value; repr() escapes every string safely."""
+class Emitted(str):
+    """Text an escaper made for one target context. Templates may print only these (and
+    numbers): :func:`_finalize` refuses any other string, so a value that skipped its
+    escaper fails the compile instead of reaching a generated file raw."""
+
+
+class EmitError(Exception):
+    """A template printed a value without an escaper, or an escaper was given a value its
+    context cannot hold. Always a mocompile bug (the schema should have refused the input)."""
+
+
+def pyrepr(value: Any) -> Emitted:
+    """A Python literal for a plain value. repr() escapes quotes, backslashes, newlines and
+    every non-printable character (str.isprintable), so the literal cannot end early."""
     if isinstance(value, (dict, list, tuple, str, int, float, bool)) or value is None:
-        return repr(value)
-    raise TypeError(f"cannot emit {type(value).__name__} as a Python literal")
+        return Emitted(repr(value))
+    raise EmitError(f"cannot emit {type(value).__name__} as a Python literal")
 
 
-def shquote(value: Any) -> str:
+def shquote(value: Any) -> Emitted:
     """One shell word that reads back as ``value`` exactly. `$` and backquote stand outside the
     single quotes as "\\$" and "\\`", so shellcheck does not take the literal for a mistake
-    (SC2016) and the generated scripts stay shellcheck-clean whatever the user's value."""
+    (SC2016) and the generated scripts stay shellcheck-clean whatever the user's value.
+    NUL cannot be held by a shell word at all: refused."""
     text = str(value)
+    if "\0" in text:
+        raise EmitError("a shell word cannot hold a NUL character")
     if "$" not in text and "`" not in text:
-        return shlex.quote(text)
+        return Emitted(shlex.quote(text))
     parts = re.split(r"([$`])", text)
-    return "".join(f'"\\{p}"' if p in ("$", "`") else shlex.quote(p) if p else "" for p in parts)
+    return Emitted("".join(f'"\\{p}"' if p in ("$", "`") else shlex.quote(p) if p else "" for p in parts))
 
 
-def yamlstr(value: Any) -> str:
-    """JSON strings are valid YAML scalars, with every special character escaped."""
-    return json.dumps(str(value))
+def yamlstr(value: Any) -> Emitted:
+    """JSON strings (ASCII-only) are valid YAML double-quoted scalars, every special character escaped."""
+    return Emitted(json.dumps(str(value)))
 
 
-def pycomment(text: str) -> str:
-    """One comment line: no newlines can escape into code."""
-    return re.sub(r"[\r\n]+", " ", str(text)).strip()
+def pycomment(text: Any) -> Emitted:
+    """Text for one ``#`` comment line (Python, shell or YAML): line breaks and every other
+    control or format character shown as escapes, so nothing escapes the comment."""
+    return Emitted(visible(re.sub(r"[\r\n]+", " ", str(text)).strip()))
+
+
+def pydoc(text: Any) -> Emitted:
+    """Text for the inside of a triple-quoted (non-raw) docstring: backslashes doubled and
+    quotes escaped, so neither ``\"\"\"`` nor ``\\N`` can end or break the literal; control and
+    format characters as escapes."""
+    escaped = str(text).replace("\\", "\\\\").replace('"', '\\"')
+    return Emitted(visible(escaped))
+
+
+_TOKEN = re.compile(r"[A-Za-z0-9._,:/+-]+")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def token(value: Any) -> Emitted:
+    """A bare word the schema already restricted to ``[A-Za-z0-9._,:/+-]`` (names, versions,
+    Slurm fields, the interpreter): safe unquoted in a shell word, an ``#SBATCH`` line, a
+    comment and a YAML plain scalar. Anything else is refused, never passed through."""
+    text = str(value)
+    if not _TOKEN.fullmatch(text):
+        raise EmitError(f"{visible(text)!r} is not a plain word")
+    return Emitted(text)
+
+
+def ident(value: Any) -> Emitted:
+    """A (dotted) Python identifier: an attribute, keyword argument, module or import name."""
+    text = str(value)
+    if not _IDENT.fullmatch(text) or keyword.iskeyword(text):
+        raise EmitError(f"{visible(text)!r} is not a Python identifier")
+    return Emitted(text)
+
+
+def envname(value: Any) -> Emitted:
+    """An environment variable name (``launch.env`` keys are schema-checked the same way)."""
+    text = str(value)
+    if not _ENV_NAME.fullmatch(text):
+        raise EmitError(f"{visible(text)!r} is not an environment variable name")
+    return Emitted(text)
+
+
+def shvar(value: Any) -> Emitted:
+    """``${NAME}``: a shell parameter expansion of an environment variable."""
+    return Emitted("${" + envname(value) + "}")
+
+
+def _finalize(value: Any) -> Any:
+    """Every ``{{ ... }}`` passes here: escaped text and numbers print, anything else is a bug."""
+    if isinstance(value, Emitted) or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return value
+    raise EmitError(f"template printed {type(value).__name__} {visible(repr(value))[:80]} without an escaper")
 
 
 @functools.lru_cache(maxsize=1)
 def env() -> jinja2.Environment:
     e = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
-                           keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
-    e.filters.update(pyrepr=pyrepr, shquote=shquote, yamlstr=yamlstr, pycomment=pycomment)
+                           keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False,
+                           finalize=_finalize)
+    e.filters.update(pyrepr=pyrepr, shquote=shquote, yamlstr=yamlstr, pycomment=pycomment, pydoc=pydoc,
+                     token=token, ident=ident, envname=envname, shvar=shvar)
     return e
+
+
+def verify_python(name: str, text: str) -> None:
+    """A generated Python file must compile from its UTF-8 *bytes* (what the interpreter
+    reads, encoding declaration included) and declare no encoding but UTF-8: otherwise
+    emitting it is a bug, not something ``check`` may certify."""
+    import io
+    import tokenize
+
+    data = text.encode("utf-8")
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    if encoding not in ("utf-8", "utf-8-sig"):
+        raise EmitError(f"{name} would be decoded as {encoding}, not UTF-8")
+    try:
+        compile(data, name, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:
+        raise EmitError(f"{name} does not compile: {visible(exc)}") from None
 
 
 def _rel(path: str) -> str:
@@ -182,12 +270,14 @@ def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
         k8s = launch.get("kubernetes") or {}
         workdir = "/workspace"
         rel = f"{out_rel.rstrip('/')}/{plan.name}"
-        command = (f"PYTHON={launch['python']} bash {rel}/preflight.sh && exec {launch['python']} -m torch.distributed.run "
-                   f"{rel}/train.py")
+        py = shquote(launch["python"])
+        command = (f"PYTHON={py} bash {shquote(rel + '/preflight.sh')} && exec {py} -m torch.distributed.run "
+                   f"{shquote(rel + '/train.py')}")  # a shell command line inside a YAML string: both escapers apply
         roles = [("Master", 1)] + ([("Worker", hw["nodes"] - 1)] if hw["nodes"] > 1 else [])
         files["trainjob.yaml"] = header.stamp_comment(t.get_template("trainjob.yaml.j2").render(
             **common, k8s_name=re.sub(r"[^a-z0-9-]", "-", plan.name.lower()).strip("-")[:63] or "mocompile",
             namespace=k8s.get("namespace", "default"), image=launch.get("container") or "nvcr.io/nvidia/nemo:latest",
             workdir=workdir, command=command, roles=roles), source, ih)
     files["mocompile.lock.json"] = header.stamp_json(lock(plan), source, ih)
+    verify_python("train.py", files["train.py"])
     return files

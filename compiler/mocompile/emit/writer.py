@@ -113,6 +113,26 @@ def _fill(tmp: str, files: dict[str, str]) -> None:
     os.chmod(tmp, 0o755)
 
 
+def _linked(out_dir: str, name: str) -> str | None:
+    """The first symbolic link on the way to ``out_dir/name``, or None.
+
+    Checked from the project root down (only ``out_dir`` and the target when the output
+    lies outside the project): a committed link at ``generated/`` or ``generated/<name>``
+    would otherwise make a compile on the reviewer's machine write, or swap a folder,
+    wherever the link points."""
+    from mocompile.project import find_root
+
+    target = os.path.abspath(os.path.join(out_dir, name))
+    root = find_root(os.path.abspath(out_dir) if os.path.isdir(out_dir) else os.getcwd()) or os.getcwd()
+    root = os.path.abspath(root)
+    if os.path.commonpath([root, target]) == root:
+        parts = os.path.relpath(target, root).split(os.sep)
+        steps = [os.path.join(root, *parts[: i + 1]) for i in range(len(parts))]
+    else:
+        steps = [os.path.abspath(out_dir), target]
+    return next((p for p in steps if os.path.islink(p)), None)
+
+
 def write_outputs(out_dir: str, name: str, files: dict[str, str], force: bool = False) -> str | None:
     """Replace ``out_dir/name`` with ``files``. Returns a problem message, or None.
 
@@ -120,6 +140,10 @@ def write_outputs(out_dir: str, name: str, files: dict[str, str], force: bool = 
     user wrote is lost. Unchanged output is left untouched.
     """
     target = os.path.join(out_dir, name)
+    link = _linked(out_dir, name)
+    if link is not None:
+        return (f"refusing to write through the symbolic link {link} (-> {os.readlink(link)}): "
+                "generated files are written only to real folders")
     try:
         os.makedirs(out_dir, exist_ok=True)
         with _locked(out_dir):

@@ -54,13 +54,13 @@ def environment(ctx: Context) -> None:
     if ctx["moe_flex_dispatcher_backend"] == "hybridep" and flex:
         group = ctx["expert_model_parallel_size"] * ctx["expert_tensor_parallel_size"]
         _env(ctx, "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", str(ctx["hybridep_ranks_per_domain"]),
-             "HybridEP topology: ranks per NVLink domain (H1)")
+             "HybridEP topology: ranks per NVLink domain")
         _env(ctx, "USE_MNNVL", "1" if ctx.hw.get("mnnvl") and group > ctx["gpus_per_node"] else "0",
              "multi-node NVLink only when the EP group spans trays of an NVL72 rack")
     graphs_on = ctx["cuda_graph_impl"] not in (None, "none")
     _env(ctx, "PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", "less fragmentation for MoE's ragged tensors")
     if graphs_on:
-        _env(ctx, "NCCL_GRAPH_REGISTER", "0", "CUDA graphs with expandable segments need NCCL_GRAPH_REGISTER=0 (CG-10)")
+        _env(ctx, "NCCL_GRAPH_REGISTER", "0", "CUDA graphs with expandable segments need NCCL_GRAPH_REGISTER=0")
     for key, (value, why) in sm_margins(ctx).items():
         _env(ctx, key, value, why)
     _env(ctx, "NCCL_NVLS_ENABLE", "0", "NVLink SHARP multicast off: not needed for EP and unavailable on many hosts")

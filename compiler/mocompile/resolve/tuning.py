@@ -53,6 +53,6 @@ def sm_margins(ctx: Context) -> dict[str, tuple[str, str]]:
     """TE layernorm SM margins the perf recipes set when communication kernels run beside compute."""
     if ctx.goal != "throughput" or ctx["te_version"] is None or not ctx["overlap_moe_expert_parallel_comm"]:
         return {}
-    why = ("perf recipes' env (perf-recipes.md §2): leave 20 SMs to the overlapped EP communication "
+    why = ("Megatron-Bridge scripts/performance recipes' env: leave 20 SMs to the overlapped EP communication "
            "while TE layernorm kernels run")
     return {"NVTE_FWD_LAYERNORM_SM_MARGIN": ("20", why), "NVTE_BWD_LAYERNORM_SM_MARGIN": ("20", why)}
