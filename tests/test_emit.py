@@ -6,6 +6,7 @@ import ast
 import json
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -83,36 +84,47 @@ def test_sbatch_directives_come_before_any_command():
                 seen_command = True
 
 
-HOSTILE = "x'\"; $(touch /tmp/pwned) `id` \\n\n# injected"
+HOSTILE = "x'\"; $(touch {marker}) `touch {marker}` \\n\n# injected \"\"\"; __import__('os').system('touch {marker}') #"
 
 
 def test_values_from_yaml_are_escaped_in_shell_and_python(tmp_path):
+    """One value with shell, Python-string and docstring payloads, in the environment, the container
+    image and the model's display text: it must arrive verbatim where it is data, and run nowhere."""
+    marker = tmp_path / "pwned"
+    hostile = HOSTILE.format(marker=marker)
     recipe = tmp_path / "hostile.yaml"
     recipe.write_text((ROOT / "recipes" / "tiny-moe-h100x2.yaml").read_text())
-    sets = overrides({"launch.container": "img:1$(touch /tmp/pwned)", "launch.env": {"MY_VAR": HOSTILE},
-                      "launch.slurm.partition": "gpu", "model.display": HOSTILE})
-    sets = [s for s in sets if not s.startswith("model.display")]
+    sets = overrides({"launch.container": f"img:1$(touch {marker})", "launch.env": {"MY_VAR": hostile},
+                      "launch.slurm.partition": "gpu", "model": {"base": "tiny-moe", "display": hostile}})
+    assert any("display" in s for s in sets)
     result = compile_recipe(str(recipe), sets)
     assert not result.errors, result.errors
     files = result.files
     script = tmp_path / "t.sh"
     script.write_text(files["torchrun.sh"])
     # Run the dry run for real: the hostile value must arrive verbatim, and nothing must execute.
-    (tmp_path / "train.py").write_text("")
+    (tmp_path / "train.py").write_bytes(files["train.py"].encode("utf-8"))
     (tmp_path / "preflight.sh").write_text("exit 0\n")
     proc = subprocess.run(["bash", str(script)], env={"MOCOMPILE_DRY_RUN": "1", "PATH": "/usr/bin:/bin"},
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert not (tmp_path / "pwned").exists()
-    assert "MY_VAR=x'\"; $(touch /tmp/pwned) `id` \\n" in proc.stdout
+    assert not marker.exists()
+    assert f"MY_VAR=x'\"; $(touch {marker}) `touch {marker}` \\n" in proc.stdout
     env_vars = ast.literal_eval(files["train.py"].split("ENV_VARS = ")[1].split("\n")[0])
-    assert env_vars["MY_VAR"] == HOSTILE
-    ast.parse(files["train.py"])
+    assert env_vars["MY_VAR"] == hostile
+    # the module from its bytes: the display text stays inside the docstring, no call is added
+    tree = ast.parse(files["train.py"].encode("utf-8"))
+    doc = ast.get_docstring(tree)
+    assert hostile in doc
+    assert not [n for n in ast.walk(tree) if isinstance(n, ast.Call) and "system" in ast.dump(n.func)]
+    proc = subprocess.run([sys.executable, "-B", "-c", "import ast, sys; compile(open(sys.argv[1], 'rb').read(), "
+                           "'train.py', 'exec')", str(tmp_path / "train.py")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
     job = files["trainjob.yaml"]
     from ruamel.yaml import YAML
     doc = YAML(typ="safe").load(job)
     env = doc["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["env"]
-    assert {"name": "MY_VAR", "value": HOSTILE} in env
+    assert {"name": "MY_VAR", "value": hostile} in env
 
 
 def test_environment_is_identical_across_launchers():

@@ -213,7 +213,13 @@ def _lock(name: str) -> dict:
 # ---------------------------------------------------------------- 1 + 2: parse, names exist
 @pytest.mark.parametrize("name", GENERATED)
 def test_recipe_parses(name):
-    ast.parse((ROOT / "generated" / name / "train.py").read_text(encoding="utf-8"))
+    """From the bytes, as the interpreter reads them: an encoding declaration would change what the
+    text says, so parsing decoded text alone can miss a literal that the bytes turn into code."""
+    data = (ROOT / "generated" / name / "train.py").read_bytes()
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    assert encoding == "utf-8"
+    compile(data, f"generated/{name}/train.py", "exec", dont_inherit=True)
+    assert ast.dump(ast.parse(data)) == ast.dump(ast.parse(data.decode("utf-8")))
 
 
 @pytest.mark.parametrize("name", GENERATED)
