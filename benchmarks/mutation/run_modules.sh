@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Mutation testing of the modules users rely on beyond rules/ and the planner (issue 25): the loader,
+# input limits, schema, model catalogue, and emission (render, header, python_recipe, writer, textsafe);
+# not part of CI.
+#   benchmarks/mutation/run_modules.sh [SCRATCH]          # N mutants per module (default 40), one CPU
+#   MODULES="load limits" N=0 benchmarks/mutation/run_modules.sh   # a subset, every mutant
+# Each module's session works on a `git archive HEAD` copy WITHOUT generated/ (cosmic-ray edits files in
+# place), so no kill can come from comparing with committed output: a test that reads generated/ fails
+# on the unmutated copy, is listed in baseline_failures.txt and deselected for every mutant (a golden
+# comparison never counts as a kill). Each module runs a fixed random sample (sample.py, seed 13).
+# Templates are not Python: templates.py (beside this script) mutates them line by line instead.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+PY="${PYTHON:-$ROOT/.venv-stack/bin/python}"
+N="${N:-40}"
+SEED="${SEED:-13}"
+SCRATCH="${1:-$(mktemp -d -t mocompile-mutation-modules-XXXXXX)}"
+"$PY" -m pip install -q --disable-pip-version-check -r "$ROOT/benchmarks/mutation/requirements.txt"
+CR="$(dirname "$PY")/cosmic-ray"
+FILTER="$(dirname "$PY")/cr-filter-operators"
+
+INPUT_TESTS="tests/test_inputs.py tests/test_limits.py tests/test_runaway_values.py tests/test_untrusted_input.py tests/test_training_io.py tests/test_rules.py"
+EMIT_TESTS="tests/test_emit.py tests/test_untrusted_input.py tests/test_hostile_values.py tests/test_kubernetes.py tests/test_training_io.py tests/test_writes.py tests/test_cli.py"
+declare -A MODULE=(
+  [load]=compiler/mocompile/load.py [limits]=compiler/mocompile/limits.py [schema]=compiler/mocompile/schema.py
+  [catalogue]=compiler/mocompile/catalogue.py [render]=compiler/mocompile/emit/render.py
+  [header]=compiler/mocompile/emit/header.py [python_recipe]=compiler/mocompile/emit/python_recipe.py
+  [writer]=compiler/mocompile/emit/writer.py [textsafe]=compiler/mocompile/textsafe.py
+)
+declare -A TESTS=(
+  [load]="$INPUT_TESTS" [limits]="$INPUT_TESTS" [schema]="$INPUT_TESTS tests/test_editor_schema.py"
+  [catalogue]="$INPUT_TESTS tests/test_resolve.py" [render]="$EMIT_TESTS" [header]="$EMIT_TESTS"
+  [python_recipe]="$EMIT_TESTS" [writer]="$EMIT_TESTS" [textsafe]="$EMIT_TESTS"
+)
+MODULES="${MODULES:-load limits schema catalogue render header python_recipe writer textsafe}"
+
+session() {  # NAME
+  local name="$1" dir="$SCRATCH/$1" tests="${TESTS[$1]}"
+  mkdir -p "$dir"
+  git -C "$ROOT" archive HEAD compiler tests recipes schemas pyproject.toml README.md docs benchmarks/data \
+    | tar -x -C "$dir"
+  local base="$PY -m pytest -q -p no:cacheprovider -p no:randomly -m 'not stack' $tests"
+  # the unmutated copy: whatever fails here reads generated/ (absent) or needs a tool: deselected
+  (cd "$dir" && XDG_CACHE_HOME="$dir/.cache" bash -c "$base -rf" > baseline.log 2>&1) || true
+  grep -oE '^FAILED [^ ]+' "$dir/baseline.log" | sed 's/^FAILED //' | sort -u > "$dir/baseline_failures.txt" || true
+  local deselect=""
+  while read -r t; do [[ -n "$t" ]] && deselect+=" --deselect '$t'"; done < "$dir/baseline_failures.txt"
+  (cd "$dir" && XDG_CACHE_HOME="$dir/.cache" bash -c "$base -x $deselect" > baseline2.log 2>&1) \
+    || { echo "$name: tests still fail on the unmutated copy after deselecting (see $dir/baseline2.log)" >&2; return 1; }
+  cat > "$dir/cr.toml" <<EOF
+[cosmic-ray]
+module-path = ["${MODULE[$name]}"]
+timeout = 300.0
+excluded-modules = []
+test-command = "$base -x $deselect"
+
+[cosmic-ray.distributor]
+name = "local"
+
+[cosmic-ray.filters.operators-filter]
+exclude-operators = ["core/ReplaceBinaryOperator_.*_(Pow|RShift|LShift|BitOr|BitAnd|BitXor)",
+                     "core/ReplaceBinaryOperator_(Pow|RShift|LShift|BitOr|BitAnd|BitXor)_.*",
+                     "core/ReplaceComparisonOperator_(Eq|NotEq|Lt|LtE|Gt|GtE)_(Is|IsNot|In|NotIn)",
+                     "core/ReplaceComparisonOperator_(Is|IsNot)_(Eq|NotEq|Lt|LtE|Gt|GtE|In|NotIn)",
+                     "core/ReplaceComparisonOperator_(In|NotIn)_(Eq|NotEq|Lt|LtE|Gt|GtE|Is|IsNot)",
+                     "core/RemoveDecorator"]
+EOF
+  (cd "$dir" && "$CR" init cr.toml session.sqlite && "$FILTER" session.sqlite cr.toml \
+    && { [[ "$N" == 0 ]] || "$PY" "$ROOT/benchmarks/mutation/sample.py" session.sqlite "$N" --seed "$SEED"; } \
+    && XDG_CACHE_HOME="$dir/.cache" "$CR" exec cr.toml session.sqlite > exec.log 2>&1)
+  echo "$name: done ($dir/session.sqlite)"
+}
+
+for m in $MODULES; do session "$m"; done
+sessions=()
+for m in $MODULES; do sessions+=("$SCRATCH/$m/session.sqlite"); done
+"$PY" "$ROOT/benchmarks/mutation/report.py" --planner --commit "$(git -C "$ROOT" rev-parse --short HEAD)" \
+  "${sessions[@]}" > "$SCRATCH/report_modules.md"
+echo "wrote $SCRATCH/report_modules.md"
