@@ -35,6 +35,9 @@ RECIPE = "schema: 1\nmodel: tiny-moe\nhardware: {gpu: h100, gpus_per_node: 2}\ng
     ("a\u202eb", "a\\u202eb"),  # a bidi override reorders what a reviewer reads
     ("a\u2028b", "a\\u2028b"),  # a line separator
     ("tab\tnul\x00del\x7f", "tab\\x09nul\\x00del\\x7f"),
+    ("nb\u00a0sp", "nb\\xa0sp"),  # a space that is not a plain space is not printable either
+    ("tag\U000e0001", "tag\\U000e0001"),  # a format character beyond the BMP: eight hex digits
+    ("\U00010000", "\U00010000"),  # the first character beyond the BMP is a printable letter
 ])
 def test_visible_shows_every_control_format_and_separator_character_as_an_escape(raw, shown):
     assert visible(raw) == shown

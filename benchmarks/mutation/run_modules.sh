@@ -2,7 +2,7 @@
 # Mutation testing of the modules users rely on beyond rules/ and the planner (issue 25): the loader,
 # input limits, schema, model catalogue, and emission (render, header, python_recipe, writer, textsafe);
 # not part of CI.
-#   benchmarks/mutation/run_modules.sh [SCRATCH]          # N mutants per module (default 40), one CPU
+#   benchmarks/mutation/run_modules.sh [SCRATCH]          # N mutants per module (default 25), one CPU
 #   MODULES="load limits" N=0 benchmarks/mutation/run_modules.sh   # a subset, every mutant
 # Each module's session works on a `git archive HEAD` copy WITHOUT generated/ (cosmic-ray edits files in
 # place), so no kill can come from comparing with committed output: a test that reads generated/ fails
@@ -12,15 +12,15 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PY="${PYTHON:-$ROOT/.venv-stack/bin/python}"
-N="${N:-40}"
+N="${N:-25}"
 SEED="${SEED:-13}"
 SCRATCH="${1:-$(mktemp -d -t mocompile-mutation-modules-XXXXXX)}"
 "$PY" -m pip install -q --disable-pip-version-check -r "$ROOT/benchmarks/mutation/requirements.txt"
 CR="$(dirname "$PY")/cosmic-ray"
 FILTER="$(dirname "$PY")/cr-filter-operators"
 
-INPUT_TESTS="tests/test_inputs.py tests/test_limits.py tests/test_runaway_values.py tests/test_untrusted_input.py tests/test_training_io.py tests/test_rules.py"
-EMIT_TESTS="tests/test_emit.py tests/test_untrusted_input.py tests/test_hostile_values.py tests/test_kubernetes.py tests/test_training_io.py tests/test_writes.py tests/test_cli.py"
+INPUT_TESTS="tests/test_untrusted_input.py tests/test_inputs.py tests/test_limits.py tests/test_runaway_values.py tests/test_rules.py tests/test_training_io.py"
+EMIT_TESTS="tests/test_untrusted_input.py tests/test_emit.py tests/test_kubernetes.py tests/test_training_io.py tests/test_cli.py tests/test_hostile_values.py tests/test_writes.py"
 declare -A MODULE=(
   [load]=compiler/mocompile/load.py [limits]=compiler/mocompile/limits.py [schema]=compiler/mocompile/schema.py
   [catalogue]=compiler/mocompile/catalogue.py [render]=compiler/mocompile/emit/render.py
