@@ -254,16 +254,22 @@ def _graph_impl(ctx: Context, graphs: str) -> str:
         {"none": "none", "full_iteration": "full_iteration"}.get(graphs, "transformer_engine")
 
 
+def _graph_modules(ctx: Context, graphs: str) -> list[str]:
+    """Megatron's cuda_graph_modules for a candidate's graph scope (pinned modules win)."""
+    pinned = _pin(ctx, "cuda_graphs", "modules")
+    if pinned is not None:
+        return list(pinned)
+    impl = _graph_impl(ctx, graphs)
+    return [] if impl in ("none", "full_iteration") else (["attn"] if graphs == "te_arp" else []) + ROUTER_SCOPES
+
+
 def settings(ctx: Context, cand: Candidate, world: int | None = None) -> dict[str, Any]:
     """The Megatron fields a candidate sets, derived settings included (what the rules read)."""
     world = world or ctx["world_size"]
     dp = max(1, world // (cand.tp * cand.pp * cand.cp))
     flex = cand.dispatcher in FLEX
-    graphs = cand.graphs
-    impl = _graph_impl(ctx, graphs)
-    pinned_mods = _pin(ctx, "cuda_graphs", "modules")
-    mods = list(pinned_mods) if pinned_mods is not None else \
-        ([] if impl in ("none", "full_iteration") else (["attn"] if graphs == "te_arp" else []) + ROUTER_SCOPES)
+    impl = _graph_impl(ctx, cand.graphs)
+    mods = _graph_modules(ctx, cand.graphs)
     sp = _pin(ctx, "parallelism", "sequence_parallel")
     sms = _pin(ctx, "moe", "num_sms")
     rung = cand.recompute
@@ -314,6 +320,8 @@ class Scorer:
         # its parts per the knobs each depends on (memory.Estimator)
         self._estimator = memory.Estimator(ctx.model, self.base)
         self._impl = {g: _graph_impl(ctx, g) for g in ("none", "te_rp", "te_arp", "full_iteration")}
+        # each candidate's own graph scopes: attention graphs (te_arp) hold buffers of their own
+        self._scopes = {g: tuple(_graph_modules(ctx, g)) for g in ("none", "te_rp", "te_arp", "full_iteration")}
         self._nvlink_domain = ctx["nvlink_domain"]
         self._steps = steptime.StepModel(ctx.model, self.hw, self.batch, self.world)  # memoises per knob too
         self._checks: dict[tuple[Any, ...], list[tuple[str, Any]]] = {}
@@ -346,7 +354,12 @@ class Scorer:
         return self._estimator.knobs(cand.tp, cand.pp, cand.vpp, cand.ep, cand.etp, cand.cp, bool(cand.overlap),
                                      cand.dispatcher if cand.dispatcher in FLEX else None,
                                      min(self._nvlink_domain, cand.ep * cand.etp),
-                                     self._impl.get(cand.graphs) or _graph_impl(self.ctx, cand.graphs))
+                                     self._impl.get(cand.graphs) or _graph_impl(self.ctx, cand.graphs),
+                                     self._scopes_of(cand.graphs))
+
+    def _scopes_of(self, graphs: str) -> tuple[str, ...]:
+        hit = self._scopes.get(graphs)
+        return hit if hit is not None else tuple(_graph_modules(self.ctx, graphs))
 
     def _rung_args(self, rung: Rung) -> tuple[Any, tuple[str, ...]]:
         """The memory estimate's (granularity, modules) of a recompute rung."""
@@ -360,7 +373,7 @@ class Scorer:
         flex = cand.dispatcher in FLEX
         return (cand.tp, cand.pp, cand.vpp, cand.ep, cand.etp, cand.cp, *(rung or (None, None)), bool(cand.overlap),
                 cand.dispatcher if flex else None, min(self._nvlink_domain, cand.ep * cand.etp),
-                self._impl.get(cand.graphs) or _graph_impl(self.ctx, cand.graphs))
+                self._impl.get(cand.graphs) or _graph_impl(self.ctx, cand.graphs), self._scopes_of(cand.graphs))
 
     def score(self, cand: Candidate, anchor: str | None = None) -> Scored:
         self.count += 1
