@@ -7,9 +7,12 @@ same estimate, or a plan the search believed to fit is refused afterwards (or th
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from mocompile import init
+from conftest import ROOT
+from mocompile import init, memory
 from mocompile.pipeline import analyse
 
 # Bridge perf recipes whose plans graph attention too (te_arp: attn, moe_router, moe_preprocess), and one that
@@ -38,8 +41,28 @@ def test_attention_graphs_hold_buffers_of_their_own(tmp_path):
     (4 hidden-sized tensors per token per scope, per layer: ``memory.GRAPH_IO_TENSORS``)."""
     r = shipped(tmp_path, TE_ARP[0])
     assert r.plan["cuda_graph_modules"] == ["attn", "moe_router", "moe_preprocess"]
-    from mocompile import memory
     cfg = r.plan.values()
     both = memory.estimate(r.plan.model, cfg)["graph_buffers_gib"]
     router = memory.estimate(r.plan.model, dict(cfg, cuda_graph_modules=["moe_router", "moe_preprocess"]))
     assert both == pytest.approx(2 * router["graph_buffers_gib"], abs=0.02) and both > 0
+
+
+# -- the estimate's measured error, kept once as data ----------------------------------------------
+
+GRID = ROOT / "benchmarks" / "results" / "te-h100x4-2026-11-26" / "grid.json"
+# the TE grid's plans pinned in their recipes (the `auto` one follows the planner, so its measured peak may be
+# of another plan than today's)
+PINNED = ["bench-te-mid-ep4-off", "bench-te-mid-ep4-off-moeact", "bench-te-mid-ep4-on",
+          "bench-te-mid-ep4-on-graphs", "bench-te-mid-ep4-on-wgrad"]
+
+
+def test_the_measured_error_is_the_largest_error_on_the_measured_peaks():
+    """``data/memory.yaml``'s measured_error is |estimate / peak allocated - 1| at its worst over the measured TE
+    peaks (-7.4 % .. +0.2 %): when the estimate or the measurements change, this says the figure must follow."""
+    grid = json.loads(GRID.read_text())["variants"]
+    errors = []
+    for name in PINNED:
+        est = analyse(str(ROOT / "recipes" / "bench" / f"{name}.yaml")).plan.memory["estimate_gib"]
+        errors.append(est / grid[name]["summary"]["peak_allocated_gib"] - 1)
+    assert min(errors) == pytest.approx(-0.074, abs=0.0005) and max(errors) == pytest.approx(0.002, abs=0.0005)
+    assert memory.limits()["measured_error"] == round(max(abs(e) for e in errors), 3)

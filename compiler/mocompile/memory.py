@@ -9,12 +9,16 @@ measured peaks (benchmarks/results/RESULTS.md).
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 from typing import Any
 
+from mocompile.datafiles import load_yaml
 from mocompile.optimizer_state import state_bytes_per_param
 
 GIB = 1024 ** 3
+LIMITS = os.path.join(os.path.dirname(__file__), "data", "memory.yaml")
 ROUTING_IMBALANCE = 1.2      # most-loaded expert rank vs the mean, natural routing
 WORKSPACE_GIB = 0.5          # NCCL buffers and CUDA context: outside PyTorch's allocator
 ATTN_SCORE_BYTES = 2.5       # unfused attention keeps the bf16 softmax output (+ dropout mask bits) per score
@@ -36,6 +40,23 @@ TE_ACTIVATION_FACTOR = 0.95
 # skills/nemo-mbridge-perf-cuda-graphs, docs/training/cuda-graphs.md).
 GRAPH_IO_TENSORS = 4
 FULL_ITERATION_GRAPH_FACTOR = 0.5
+
+
+@functools.lru_cache(maxsize=1)
+def limits() -> dict[str, float]:
+    """The headroom and the estimate's measured error (values only; sources stay in ``data/memory.yaml``)."""
+    return {k: float(v["value"]) for k, v in load_yaml(LIMITS)["limits"].items()}
+
+
+def usable_gib(gpu_gib: float) -> float:
+    """The most a plan may fill on a GPU of ``gpu_gib``: the planner's headroom (to the estimate's 0.01 GiB)."""
+    return round(gpu_gib * limits()["headroom"], 2)
+
+
+def shipped_limit_gib(gpu_gib: float) -> float:
+    """The most a shipped recipe, run as shipped, may be estimated at: it is measured to fit, so our estimate
+    contradicts that only beyond its measured error."""
+    return round(gpu_gib * (1.0 + limits()["measured_error"]), 2)
 
 
 def _attention_params(m: dict[str, Any]) -> float:

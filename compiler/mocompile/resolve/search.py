@@ -28,7 +28,7 @@ from mocompile.steptime import Batch, Candidate, StepEstimate
 
 FLEX = ("deepep", "hybridep")
 DEFAULT_SMS = {"deepep": 20, "hybridep": 32}
-HEADROOM = 0.92            # share of GPU memory a plan may fill
+HEADROOM = memory.limits()["headroom"]  # share of GPU memory a plan may fill (data/memory.yaml)
 ROUTER_SCOPES = ["moe_router", "moe_preprocess"]
 LAYOUT_SHORTLIST = 16      # layouts kept after the first (default-knob) scoring
 RULE_CHECK_LIMIT = 400     # candidates rule-checked at most, best first
@@ -307,7 +307,7 @@ class Scorer:
         self.world = world or ctx["world_size"]
         self.base = ctx.values()
         self.base["world_size"] = self.world
-        self.limit = ctx.hw["memory_gib"] * HEADROOM
+        self.limit = memory.usable_gib(ctx.hw["memory_gib"])
         self.batch = Batch(ctx["seq_length"], ctx["micro_batch_size"], ctx["global_batch_size"], ctx["precision"],
                            bool(ctx["moe_router_force_load_balancing"]), ctx["te_version"] is not None,
                            bool(ctx["moe_grouped_gemm"]))
