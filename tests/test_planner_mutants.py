@@ -553,13 +553,14 @@ def test_a_cached_verdict_reads_back_the_candidate_it_stored():
 
 
 def test_the_smallest_gpu_count_that_fits_is_the_smallest(tmp_path):
-    """min_gpus_that_fit doubles whole nodes under the heaviest recompute: half of its answer must not fit."""
+    """min_gpus_that_fit counts whole nodes under the heaviest recompute: it fits, and no count of whole nodes
+    below it does (one node fewer included), whatever layouts those counts divide into."""
     for sets in ({"model.base": "deepseek-v3"},                                  # weights dominate
                  {"model.base": "qwen3-30b-a3b", "training.seq_length": 131072,   # activations dominate
                   "training.micro_batch_size": 4}):
         ctx = ctx_of(**sets, **{"hardware.gpus_per_node": 8, "goal": "fit"})
         n = search.min_gpus_that_fit(ctx)
-        assert n is not None and n > 8
+        assert n is not None and n > 8 and n % 8 == 0
         heaviest = search._rungs(ctx, False)[-1]
         assert heaviest[0] == "full"
 
@@ -567,7 +568,8 @@ def test_the_smallest_gpu_count_that_fits_is_the_smallest(tmp_path):
             sc = search.Scorer(ctx, world)
             return any(sc.memory(Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, recompute=heaviest))
                        ["total_gib"] <= sc.limit for lay in search.layouts_for(ctx, world))
-        assert fits_on(n) and not fits_on(n // 2), sets
+        assert fits_on(n), sets
+        assert not any(fits_on(world) for world in range(8, n, 8)), sets
 
 
 def test_at_most_three_excluded_plans_are_reported():
@@ -1199,11 +1201,13 @@ def test_effects_price_each_other_dispatcher_once():
 
 
 def test_min_gpus_stops_at_the_limit():
-    """Nothing fits on at most half the smallest count that fits: with that limit the answer is None."""
+    """Nothing fits below the smallest count that fits: with a limit one node short of it the answer is None."""
     ctx = ctx_of(**{"model.base": "deepseek-v3", "hardware.gpus_per_node": 8, "goal": "fit"})
     n = search.min_gpus_that_fit(ctx)
     assert n is not None and n >= 32
     assert search.min_gpus_that_fit(ctx, limit_gpus=n // 2) is None
+    assert search.min_gpus_that_fit(ctx, limit_gpus=n - 8) is None
+    assert search.min_gpus_that_fit(ctx, limit_gpus=n - 1) is None
     assert search.min_gpus_that_fit(ctx, limit_gpus=n) == n
 
 

@@ -107,4 +107,4 @@ def plan(ctx: Context) -> None:
                 "largest term of the memory estimate")
         n = min_gpus_that_fit(ctx)
         ctx.set("memory_min_gpus", n if n is not None else "more than 16384", "derived",
-                "smallest GPU count (whole nodes, doubling) with a layout that fits under full recompute")
+                "smallest GPU count (whole nodes) with a layout that fits under the heaviest recompute")

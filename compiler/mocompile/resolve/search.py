@@ -185,35 +185,55 @@ class Layout:
     cp: int
 
 
-def layouts_for(ctx: Context, world: int) -> list[Layout]:
-    """Every (TP, PP, VPP, EP, ETP, CP) the pins, divisibility and the model allow on ``world`` GPUs."""
+def _sizes(ctx: Context, world: int | None) -> tuple[dict[str, Any], list[int], list[int], list[int], list[int],
+                                                     list[int]]:
+    """The pins and the TP, CP, PP, ETP and EP sizes the model allows, those of PP and EP dividing ``world``
+    (None: on any GPU count)."""
     gpn = ctx["gpus_per_node"]
     heads, groups, experts = ctx["num_attention_heads"], ctx["num_query_groups"], ctx["num_moe_experts"]
-    layers, mtp = ctx["num_layers"], ctx["mtp_num_layers"] or 0
+    layers = ctx["num_layers"]
     p = {k: _pin(ctx, "parallelism", k) for k in ("tp", "pp", "vpp", "ep", "etp", "cp")}
-    seq = ctx["seq_length"]
     tps = [p["tp"]] if p["tp"] else [t for t in (1, 2, 4, 8) if t <= gpn and heads % t == 0
                                      and (groups % t == 0 or t % groups == 0)]
-    cps = [p["cp"]] if p["cp"] else ([1, 2, 4, 8] if seq >= 16384 else [1])
-    pps = [p["pp"]] if p["pp"] else [d for d in range(1, min(world, layers) + 1) if world % d == 0]
+    cps = [p["cp"]] if p["cp"] else ([1, 2, 4, 8] if ctx["seq_length"] >= 16384 else [1])
+    pps = [p["pp"]] if p["pp"] else [d for d in range(1, min(world or layers, layers) + 1)
+                                     if world is None or world % d == 0]
     etps = [p["etp"]] if p["etp"] else [1]
-    eps = [p["ep"]] if p["ep"] else [e for e in _divisors(experts) if world % e == 0]
-    units = layers + 2 + mtp
+    eps = [p["ep"]] if p["ep"] else [e for e in _divisors(experts) if world is None or world % e == 0]
+    return p, tps, cps, pps, etps, eps
+
+
+def _vpps(ctx: Context, p: dict[str, Any], pp: int) -> list[int]:
+    """The interleaving depths a pipeline of ``pp`` stages may take."""
+    if p["vpp"] is not None:
+        return [p["vpp"]]
+    if pp == 1 or ctx.goal == "bring-up":
+        return [1]
+    units = ctx["num_layers"] + 2 + (ctx["mtp_num_layers"] or 0)
+    return [1] + [v for v in (2, 3, 4, 6, 8, 12, 16) if units >= 2 * pp * v]
+
+
+def layouts_for(ctx: Context, world: int) -> list[Layout]:
+    """Every (TP, PP, VPP, EP, ETP, CP) the pins, divisibility and the model allow on ``world`` GPUs."""
+    experts = ctx["num_moe_experts"]
+    p, tps, cps, pps, etps, eps = _sizes(ctx, world)
     out = []
     for tp, cp, pp, etp, ep in itertools.product(tps, cps, pps, etps, eps):
         if world % (tp * pp * cp) or world % (ep * etp * pp) or experts % ep:
             if not all(p[k] for k in ("tp", "pp", "ep")):
                 continue
-        if p["vpp"] is not None:
-            vpps = [p["vpp"]]
-        elif pp == 1 or ctx.goal == "bring-up":
-            vpps = [1]
-        else:
-            vpps = [1] + [v for v in (2, 3, 4, 6, 8, 12, 16) if units >= 2 * pp * v]
-        out.extend(Layout(tp, pp, v, ep, etp, cp) for v in vpps)
+        out.extend(Layout(tp, pp, v, ep, etp, cp) for v in _vpps(ctx, p, pp))
     if not out:  # the pins leave nothing legal: keep them (1 where unpinned) and let the rules say why
         out.append(Layout(p["tp"] or 1, p["pp"] or 1, p["vpp"] or 1, p["ep"] or 1, p["etp"] or 1, p["cp"] or 1))
     return out
+
+
+def _shapes(ctx: Context) -> list[Layout]:
+    """Every layout the pins and the model allow on some GPU count (``layouts_for`` without divisibility)."""
+    experts = ctx["num_moe_experts"]
+    p, tps, cps, pps, etps, eps = _sizes(ctx, None)
+    return [Layout(tp, pp, v, ep, etp, cp) for tp, cp, pp, etp, ep in itertools.product(tps, cps, pps, etps, eps)
+            if experts % ep == 0 for v in _vpps(ctx, p, pp)]
 
 
 # -- candidate -> settings ------------------------------------------------------------------------
@@ -693,19 +713,42 @@ def _beyond_margin(sc: Scorer, ranked: list[Scored], anchor: Scored, margin: flo
 
 
 def min_gpus_that_fit(ctx: Context, limit_gpus: int = 16384) -> int | None:
-    """The smallest GPU count (whole nodes) on which some layout fits with the heaviest recompute."""
+    """The smallest GPU count, in whole nodes, on which some layout fits under the planner's headroom with the
+    knobs that need the least memory (``_frugal_knob``, the pins kept) at the heaviest recompute rung: the
+    planner's own estimate and limit, so the planner finds a plan that fits there. None: no count up to
+    ``limit_gpus`` does.
+
+    Every node count counts, not only doublings (DeepSeek-V3 on H100 fits on 168 GPUs; doubling said 256). A
+    layout's estimate never grows with the GPU count (data parallelism shards more of the optimizer state, and
+    fewer micro-batches wait in the pipeline), so each layout is bisected over the node counts it divides,
+    below the best count found so far."""
     gpn = ctx["gpus_per_node"]
-    nodes = 1
-    while nodes * gpn <= limit_gpus:
-        world = nodes * gpn
-        sc = Scorer(ctx, world)
-        for lay in layouts_for(ctx, world):
-            cand = Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, "alltoall", False, False,
-                             _rungs(ctx, False)[-1], "none")
-            if sc.total_gib(cand) <= sc.limit:
-                return world
-        nodes *= 2
-    return None
+    disp, overlap, delay_wgrad, graphs = _frugal_knob(_knobs(ctx))
+    rung = _rungs(ctx, overlap)[-1]
+    scorers: dict[int, Scorer] = {}
+
+    def fits(lay: Layout, world: int) -> bool:
+        sc = scorers.get(world)
+        if sc is None:
+            sc = scorers[world] = Scorer(ctx, world)
+        return sc.total_gib(Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, disp, overlap, delay_wgrad,
+                                      rung, graphs)) <= sc.limit
+
+    best: int | None = None
+    for lay in _shapes(ctx):
+        step = math.lcm(gpn, lay.tp * lay.pp * lay.cp, lay.ep * lay.etp * lay.pp)  # GPU counts it runs on
+        top = (limit_gpus if best is None else best - 1) // step
+        if top < 1 or not fits(lay, top * step):
+            continue
+        lo, hi = 1, top  # the smallest multiple that fits: it fits at hi
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if fits(lay, mid * step):
+                hi = mid
+            else:
+                lo = mid + 1
+        best = lo * step
+    return best
 
 
 def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None) -> str:
