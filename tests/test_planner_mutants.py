@@ -1211,19 +1211,34 @@ def test_min_gpus_stops_at_the_limit():
     assert search.min_gpus_that_fit(ctx, limit_gpus=n) == n
 
 
-def test_a_shipped_recipe_fits_up_to_the_whole_gpu_memory(tmp_path):
-    """A shipped recipe is measured to run, so no headroom applies to it: it fits while its estimate is at
-    most the GPU's memory, equality included."""
+def test_a_shipped_recipe_run_as_shipped_fits_up_to_its_measured_limit(tmp_path, monkeypatch):
+    """A shipped recipe run as shipped is measured to run, so the headroom does not apply to it: it fits while its
+    estimate is at most the GPU's memory plus the estimate's measured error, equality included."""
     path = tmp_path / "q30.yaml"
     path.write_text(HEADLINE)
     first = search._search(ctx_of(path))
-    total = first.anchor.mem["total_gib"]
+    total, gib = first.anchor.mem["total_gib"], ctx_of(path).hw["memory_gib"]
+    assert total <= memory.usable_gib(gib)
+
+    def error(e):
+        monkeypatch.setattr(memory, "limits", lambda: {"headroom": total / gib - 0.01, "measured_error": e})
+    error(total / gib - 1)  # the measured limit is exactly the estimate; the headroom below it
+    assert memory.shipped_limit_gib(gib) == total and memory.usable_gib(gib) < total
+    assert search._search(ctx_of(path)).anchor.fits is True
+    error((total - 0.01) / gib - 1)
+    assert search._search(ctx_of(path)).anchor.fits is False
+
+
+def test_a_shipped_recipe_changed_by_the_intent_gets_the_headroom(tmp_path, monkeypatch):
+    """The measurement holds at the recipe's own shape only: with natural routing (or any other batch shape)
+    the anchor is one more plan under the planner's headroom."""
+    path = tmp_path / "q30.yaml"
+    path.write_text(HEADLINE.replace("moe: {force_balance: true}", "moe: {force_balance: false}"))
     ctx = ctx_of(path)
-    ctx.hw["memory_gib"] = total
-    assert search._search(ctx).anchor.fits is True
-    ctx = ctx_of(path)
-    ctx.hw["memory_gib"] = total - 0.01
-    assert search._search(ctx).anchor.fits is False
+    total = search._search(ctx).anchor.mem["total_gib"]
+    monkeypatch.setattr(memory, "limits", lambda: {"headroom": (total - 0.01) / 80, "measured_error": 0.5})
+    assert search.shipped_plans(ctx_of(path)) == {}
+    assert search._search(ctx_of(path)).anchor.fits is False
 
 
 def test_a_pinned_recompute_granularity_gives_the_shipped_recipe_its_lightest_rung(tmp_path):

@@ -328,6 +328,9 @@ class Scorer:
         self.base = ctx.values()
         self.base["world_size"] = self.world
         self.limit = memory.usable_gib(ctx.hw["memory_gib"])
+        # shipped recipes run as shipped fit up to the GPU's memory plus the estimate's measured error
+        self.shipped_limit = memory.shipped_limit_gib(ctx.hw["memory_gib"])
+        self._shipped = shipped_plans(ctx) if self.world == ctx["world_size"] else {}
         self.batch = Batch(ctx["seq_length"], ctx["micro_batch_size"], ctx["global_batch_size"], ctx["precision"],
                            bool(ctx["moe_router_force_load_balancing"]), ctx["te_version"] is not None,
                            bool(ctx["moe_grouped_gemm"]))
@@ -399,7 +402,24 @@ class Scorer:
         self.count += 1
         mem = self.memory(cand)
         est = self._steps.estimate(cand)
-        return Scored(cand, est, mem, mem["total_gib"] <= self.limit, anchor)
+        return Scored(cand, est, mem, self.fits(cand, mem["total_gib"]), anchor)
+
+    def fits(self, cand: Candidate, total_gib: float) -> bool:
+        """Under the headroom, or, for a shipped recipe run as shipped, under its measured limit (what MEM001
+        and MEM002 check on the emitted plan)."""
+        if total_gib <= self.limit:
+            return True
+        return bool(self._shipped) and total_gib <= self.shipped_limit and self.shipped(cand) is not None
+
+    def shipped(self, cand: Candidate) -> str | None:
+        """The Bridge perf recipe whose measurement covers ``cand``: run as shipped (``shipped_plans``), with the
+        same knobs and at most the recipe's CUDA-graph buffers (the planner offers the router scopes where a
+        recipe graphs attention or the full iteration; only the graph term differs, so the estimates compare
+        the buffers); None: none does."""
+        for graphs, recipe in self._shipped.get(tuple(getattr(cand, f) for f in _NOT_GRAPHS), ()):
+            if cand.graphs == graphs or self.total_gib(cand) <= self.total_gib(replace(cand, graphs=graphs)):
+                return recipe
+        return None
 
     def lightest_fitting(self, cand: Candidate, rungs: list[Rung]) -> Candidate:
         """The lightest recompute rung that fits (recompute only costs time), else the heaviest."""
@@ -528,6 +548,44 @@ def anchor_candidate(ctx: Context, a: dict[str, Any], pins: bool = True) -> Cand
     return cand
 
 
+# Bridge's MoE perf recipes train at 4096 tokens (perf_recipes/<family>/<gpu>/<model>.py; what `mocompile init` writes)
+SHIPPED_SEQ_LENGTH = 4096
+
+
+def runs_as_shipped(ctx: Context, a: dict[str, Any]) -> bool:
+    """Does this intent run recipe ``a`` with the batch shape and the settings its memory was measured with?
+    Its sequence, micro batch and global batch (weak-scaled by DP to at least its GPU count, which only lowers
+    per-GPU memory), forced balancing, BF16 gradient reduction and Transformer Engine with fused weight
+    gradients (Bridge's ``_benchmark_common``): the memory estimate reads each of them."""
+    world = ctx["world_size"]
+    return (ctx["seq_length"] == SHIPPED_SEQ_LENGTH and ctx["micro_batch_size"] == a["mbs"]
+            and world >= a["gpus"] and ctx["global_batch_size"] * a["gpus"] == a["gbs"] * world
+            and bool(ctx["moe_router_force_load_balancing"]) and not ctx["grad_reduce_in_fp32"]
+            and ctx["transformer_impl"] == "transformer_engine" and ctx["gradient_accumulation_fusion"] is not False)
+
+
+_NOT_GRAPHS = tuple(f for f in KNOB_FIELDS if f != "graphs")
+
+
+def shipped_plans(ctx: Context) -> dict[tuple[Any, ...], list[tuple[str, str]]]:
+    """(graph scope, recipe name) of every Bridge perf recipe, variants included, that this intent runs as
+    shipped (``runs_as_shipped``), by its other knobs (``KNOB_FIELDS`` but graphs): such a plan is measured
+    to run, so its fit test allows the memory estimate's measured error over the GPU's memory
+    (``memory.shipped_limit_gib``)."""
+    model_id, gpu, prec, opt = ctx.model.get("id"), ctx["gpu"], ctx["precision"], ctx["optimizer"]
+    out: dict[tuple[Any, ...], list[tuple[str, str]]] = {}
+    for a in anchors():
+        if a["model"] != model_id or a["gpu"] != gpu or a["precision"] != prec or a.get("optimizer", "adam") != opt:
+            continue
+        if runs_as_shipped(ctx, a):
+            cand = anchor_candidate(ctx, a, pins=False)
+            rungs = [cand.recompute] + ([(None, None, None, None)] if a["recompute"] == [] else [])
+            for rung in rungs:  # a module list without granularity is no recompute (what `init` pins)
+                key = tuple(getattr(replace(cand, recompute=rung), f) for f in _NOT_GRAPHS)
+                out.setdefault(key, []).append((a["graphs"], a["recipe"]))
+    return out
+
+
 @dataclass
 class SearchResult:
     winner: Scored
@@ -649,9 +707,8 @@ def _search(ctx: Context) -> SearchResult:
     if anchor is not None:
         acand = anchor_candidate(ctx, anchor)
         pinned = acand != anchor_candidate(ctx, anchor, pins=False)
+        # a shipped recipe run as shipped is measured to run: Scorer.fits allows it the estimate's measured error
         anchor_scored = sc.score(acand, anchor["recipe"] + (" with the recipe's pins" if pinned else ""))
-        # a shipped recipe is measured to run: our estimate's headroom must not reject it
-        anchor_scored.fits = anchor_scored.mem["total_gib"] <= ctx.hw["memory_gib"]
         shortlist.add((acand.tp, acand.pp, acand.vpp, acand.ep, acand.etp, acand.cp))
     pool: dict[Candidate, Scored] = {s.cand: s for s in first}
     for lay in shortlist:
@@ -778,4 +835,5 @@ def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None) -> str
 
 
 __all__ = ["SearchResult", "Scored", "Scorer", "anchors", "knob_distance", "layouts_for", "match_anchor",
-           "min_gpus_that_fit", "required_ratio", "search", "settings", "why_lost"]
+           "min_gpus_that_fit", "required_ratio", "runs_as_shipped", "search", "settings", "shipped_plans",
+           "why_lost"]
