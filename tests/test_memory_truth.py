@@ -213,3 +213,45 @@ def test_the_shipped_recipes_messages_never_print_a_placeholder(tmp_path):
     for recipe in QWEN_B200:
         for d in shipped(tmp_path, recipe).diagnostics:
             assert "None" not in d.message and "{" not in d.message, (d.rule, d.message)
+
+
+# -- which plans a shipped recipe's measurement covers ----------------------------------------------
+
+B300_INTENT = ("schema: 1\nmodel: qwen3-30b-a3b\nhardware: {gpu: b300, nodes: 1, gpus_per_node: 8}\ngoal: throughput\n"
+               "training: {seq_length: 4096, micro_batch_size: 8, global_batch_size: 512, precision: mxfp8}\n"
+               "moe: {force_balance: true}\n")
+
+
+def test_a_shipped_recipe_with_fewer_graph_buffers_is_still_covered_by_its_measurement(tmp_path):
+    """Nothing pinned: the planner offers router-scope graphs, not the full-iteration graphs Bridge's 8x B300 MXFP8
+    recipe runs with, and the recipe with router graphs needs less memory than the one measured (275.49 GiB, over
+    the 264.96 GiB headroom): it is kept, with no memory diagnostic."""
+    recipe = "qwen3_30b_a3b_pretrain_8gpu_b300_fp8mx_config"
+    path = tmp_path / "q.yaml"
+    path.write_text(B300_INTENT)
+    r = analyse(str(path))
+    p = r.plan
+    assert p.planner["chosen"]["anchor"] == recipe and p["shipped_recipe"] == recipe
+    assert p["cuda_graph_impl"] == "transformer_engine" and p["cuda_graph_modules"] == ["moe_router", "moe_preprocess"]
+    assert memory.usable_gib(288) < p["memory_estimate_gib"] == 275.49 <= 288
+    assert not [d for d in r.diagnostics if d.rule.startswith("MEM")]
+
+
+def test_only_the_recipes_knobs_with_at_most_its_graph_buffers_are_covered(tmp_path):
+    from dataclasses import replace
+
+    from mocompile.load import load
+    from mocompile.resolve import context, search
+    from mocompile.schema import validate
+    recipe = "qwen3_30b_a3b_pretrain_8gpu_b200_bf16_config"
+    path = tmp_path / "q.yaml"
+    path.write_text(init.intent_text(init.find(recipe)))
+    doc = load(str(path))
+    ctx = context(validate(doc), doc)
+    sc = search.Scorer(ctx)
+    shipped = replace(search.anchor_candidate(ctx, init.find(recipe), pins=False), graphs="te_arp")
+    assert sc.shipped(shipped) == recipe
+    assert sc.shipped(replace(shipped, graphs="te_rp")) == recipe       # the router scopes only: fewer buffers
+    assert sc.shipped(replace(shipped, graphs="none")) == recipe
+    assert sc.shipped(replace(shipped, ep=4)) is None                   # another layout: not what was measured
+    assert sc.shipped(replace(shipped, overlap=True)) is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from mocompile import memory
 from mocompile.ir import Decision
 from mocompile.resolve.context import Context
-from mocompile.resolve.search import HEADROOM, min_gpus_that_fit
+from mocompile.resolve.search import min_gpus_that_fit
 from mocompile.resolve.tuning import sm_margins
 
 def p2p_and_grads(ctx: Context) -> None:
@@ -88,7 +88,7 @@ def memory_pass(ctx: Context) -> None:
                         f"measured error, {memory.limits()['measured_error']:.1%} (data/memory.yaml)")
     else:
         limit = ctx.set("memory_limit_gib", memory.usable_gib(gib), "derived",
-                        f"the planner's headroom: {HEADROOM:.0%} of the GPU's {gib} GiB (data/memory.yaml)")
+                        f"the planner's headroom: {memory.limits()['headroom']:.0%} of the GPU's {gib} GiB (data/memory.yaml)")
     terms = {k: est[k] for k in ("weights_and_optimizer_gib", "activations_gib", "logits_gib",
                                  "dispatcher_buffers_gib", "graph_buffers_gib")}
     big = max(terms, key=terms.__getitem__)
