@@ -9,7 +9,8 @@ from mocompile.pipeline import analyse
 from mocompile.resolve.search import anchors
 
 RECIPES = ["qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config", "deepseek_v3_pretrain_1024gpu_h100_bf16_config",
-           "qwen3_235b_a22b_pretrain_256gpu_gb200_fp8mx_config", "gpt_oss_120b_pretrain_64gpu_h100_bf16_config"]
+           "qwen3_235b_a22b_pretrain_256gpu_gb200_fp8mx_config", "gpt_oss_120b_pretrain_64gpu_h100_bf16_config",
+           "kimi_k2_pretrain_256gpu_gb200_bf16_config"]  # trains with Muon: the intent must say so
 
 
 def _shape(p):
@@ -30,6 +31,7 @@ def test_the_pinned_intent_compiles_to_the_shipped_recipe(tmp_path, name):
     assert _shape(r.plan) == (a["tp"], a["pp"], a["vpp"], a["ep"], a["dispatcher"], a["overlap"], a["delay_wgrad"],
                               a["gbs"])
     assert r.plan.planner["chosen"]["anchor"].startswith(name)
+    assert r.plan["optimizer"] == a.get("optimizer", "adam")
 
 
 def test_weak_scaling_grows_data_parallelism_and_the_global_batch(tmp_path):

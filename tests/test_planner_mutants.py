@@ -553,13 +553,14 @@ def test_a_cached_verdict_reads_back_the_candidate_it_stored():
 
 
 def test_the_smallest_gpu_count_that_fits_is_the_smallest(tmp_path):
-    """min_gpus_that_fit doubles whole nodes under the heaviest recompute: half of its answer must not fit."""
+    """min_gpus_that_fit counts whole nodes under the heaviest recompute: it fits, and no count of whole nodes
+    below it does (one node fewer included), whatever layouts those counts divide into."""
     for sets in ({"model.base": "deepseek-v3"},                                  # weights dominate
                  {"model.base": "qwen3-30b-a3b", "training.seq_length": 131072,   # activations dominate
                   "training.micro_batch_size": 4}):
         ctx = ctx_of(**sets, **{"hardware.gpus_per_node": 8, "goal": "fit"})
         n = search.min_gpus_that_fit(ctx)
-        assert n is not None and n > 8
+        assert n is not None and n > 8 and n % 8 == 0
         heaviest = search._rungs(ctx, False)[-1]
         assert heaviest[0] == "full"
 
@@ -567,7 +568,8 @@ def test_the_smallest_gpu_count_that_fits_is_the_smallest(tmp_path):
             sc = search.Scorer(ctx, world)
             return any(sc.memory(Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, recompute=heaviest))
                        ["total_gib"] <= sc.limit for lay in search.layouts_for(ctx, world))
-        assert fits_on(n) and not fits_on(n // 2), sets
+        assert fits_on(n), sets
+        assert not any(fits_on(world) for world in range(8, n, 8)), sets
 
 
 def test_at_most_three_excluded_plans_are_reported():
@@ -1199,27 +1201,44 @@ def test_effects_price_each_other_dispatcher_once():
 
 
 def test_min_gpus_stops_at_the_limit():
-    """Nothing fits on at most half the smallest count that fits: with that limit the answer is None."""
+    """Nothing fits below the smallest count that fits: with a limit one node short of it the answer is None."""
     ctx = ctx_of(**{"model.base": "deepseek-v3", "hardware.gpus_per_node": 8, "goal": "fit"})
     n = search.min_gpus_that_fit(ctx)
     assert n is not None and n >= 32
     assert search.min_gpus_that_fit(ctx, limit_gpus=n // 2) is None
+    assert search.min_gpus_that_fit(ctx, limit_gpus=n - 8) is None
+    assert search.min_gpus_that_fit(ctx, limit_gpus=n - 1) is None
     assert search.min_gpus_that_fit(ctx, limit_gpus=n) == n
 
 
-def test_a_shipped_recipe_fits_up_to_the_whole_gpu_memory(tmp_path):
-    """A shipped recipe is measured to run, so no headroom applies to it: it fits while its estimate is at
-    most the GPU's memory, equality included."""
+def test_a_shipped_recipe_run_as_shipped_fits_up_to_its_measured_limit(tmp_path, monkeypatch):
+    """A shipped recipe run as shipped is measured to run, so the headroom does not apply to it: it fits while its
+    estimate is at most the GPU's memory plus the estimate's measured error, equality included."""
     path = tmp_path / "q30.yaml"
     path.write_text(HEADLINE)
     first = search._search(ctx_of(path))
-    total = first.anchor.mem["total_gib"]
+    total, gib = first.anchor.mem["total_gib"], ctx_of(path).hw["memory_gib"]
+    assert total <= memory.usable_gib(gib)
+
+    def error(e):
+        monkeypatch.setattr(memory, "limits", lambda: {"headroom": total / gib - 0.01, "measured_error": e})
+    error(total / gib - 1)  # the measured limit is exactly the estimate; the headroom below it
+    assert memory.shipped_limit_gib(gib) == total and memory.usable_gib(gib) < total
+    assert search._search(ctx_of(path)).anchor.fits is True
+    error((total - 0.01) / gib - 1)
+    assert search._search(ctx_of(path)).anchor.fits is False
+
+
+def test_a_shipped_recipe_changed_by_the_intent_gets_the_headroom(tmp_path, monkeypatch):
+    """The measurement holds at the recipe's own shape only: with natural routing (or any other batch shape)
+    the anchor is one more plan under the planner's headroom."""
+    path = tmp_path / "q30.yaml"
+    path.write_text(HEADLINE.replace("moe: {force_balance: true}", "moe: {force_balance: false}"))
     ctx = ctx_of(path)
-    ctx.hw["memory_gib"] = total
-    assert search._search(ctx).anchor.fits is True
-    ctx = ctx_of(path)
-    ctx.hw["memory_gib"] = total - 0.01
-    assert search._search(ctx).anchor.fits is False
+    total = search._search(ctx).anchor.mem["total_gib"]
+    monkeypatch.setattr(memory, "limits", lambda: {"headroom": (total - 0.01) / 80, "measured_error": 0.5})
+    assert search.shipped_plans(ctx_of(path)) == {}
+    assert search._search(ctx_of(path)).anchor.fits is False
 
 
 def test_a_pinned_recompute_granularity_gives_the_shipped_recipe_its_lightest_rung(tmp_path):

@@ -268,7 +268,19 @@ BOUNDARIES = [
     ("MOE002", dict(moe_router_force_load_balancing=True), dict(moe_router_force_load_balancing=False)),
     ("ENV001", dict(**OVERLAP, env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
      dict(**OVERLAP, env={"CUDA_DEVICE_MAX_CONNECTIONS": "32"})),
-    ("MEM001", dict(memory_estimate_gib=80.01), dict(memory_estimate_gib=80.0)),
+    # MEM001: above what a plan may fill: the planner's headroom (92 % of 80 GiB = 73.6), also before the final
+    # pass sets the limit; a shipped recipe run as shipped: 80 GiB plus the estimate's measured error (85.92)
+    ("MEM001", dict(memory_estimate_gib=73.61, memory_limit_gib=73.6), dict(memory_estimate_gib=73.6, memory_limit_gib=73.6)),
+    ("MEM001", dict(memory_estimate_gib=73.61, memory_limit_gib=None), dict(memory_estimate_gib=73.6, memory_limit_gib=None)),
+    ("MEM001", dict(shipped_recipe="r_config", memory_estimate_gib=85.93, memory_limit_gib=85.92),
+     dict(shipped_recipe="r_config", memory_estimate_gib=85.92, memory_limit_gib=85.92)),
+    # MEM002: a shipped recipe run as shipped, over the GPU's 80 GiB and at most its limit; not any other plan
+    ("MEM002", dict(shipped_recipe="r_config", memory_estimate_gib=80.01, memory_limit_gib=85.92),
+     dict(shipped_recipe="r_config", memory_estimate_gib=80.0, memory_limit_gib=85.92)),
+    ("MEM002", dict(shipped_recipe="r_config", memory_estimate_gib=85.92, memory_limit_gib=85.92),
+     dict(shipped_recipe="r_config", memory_estimate_gib=85.93, memory_limit_gib=85.92)),
+    ("MEM002", dict(shipped_recipe="r_config", memory_estimate_gib=80.01, memory_limit_gib=85.92),
+     dict(shipped_recipe=None, memory_estimate_gib=80.01, memory_limit_gib=85.92)),
     ("VER001", dict(torch_version="2.5.9"), dict(torch_version="2.6.0")),
     # OPT001 Muon and fp16: each term on its own
     ("OPT001", dict(optimizer="muon", bf16=False, fp16=True), dict(optimizer="muon", bf16=True, fp16=False)),
@@ -451,6 +463,27 @@ def test_messages_quote_the_values():
     plan = _with(plan, **{k: Decision(v, "user", "pinned", position=Position("r.yaml", 9, 1)) for k, v in values.items()})
     msgs = {d.rule: d.message for d in check(plan)}
     assert msgs["PAR002"].startswith("world size 2 is not divisible by ETP*EP*PP = 1*4*1")
+
+
+@pytest.mark.parametrize("values,rule", [
+    (dict(memory_estimate_gib=78.69, memory_limit_gib=73.6, memory_biggest_term="weights and optimizer 77.5 GiB",
+          memory_min_gpus=168), "MEM001"),
+    (dict(memory_estimate_gib=80.49, memory_limit_gib=85.92, shipped_recipe="r_config"), "MEM002"),
+])
+def test_memory_messages_name_the_limit_and_the_margin(values, rule):
+    """MEM001 says what limit it applied and why; MEM002 names the margin over the GPU and the error it is within."""
+    plan = _with(_plan(), **{k: Decision(v, "derived", "test") for k, v in values.items()})
+    msg = next(d.message for d in check(plan) if d.rule == rule)
+    if rule == "MEM001":
+        assert msg == ("estimated peak 78.69 GiB per GPU exceeds the 73.6 GiB a plan may fill on "
+                       f"{plan['gpu_display']} (92% of its 80 GiB: the planner's headroom); largest term: weights "
+                       f"and optimizer 77.5 GiB; the smallest GPU count (whole nodes of {plan['gpus_per_node']}) with a layout "
+                       "that fits is 168")
+    else:
+        assert msg.startswith(f"estimated peak 80.49 GiB per GPU is 0.49 GiB (0.6%) over the 80 GiB of "
+                              f"{plan['gpu_display']}, within the memory estimate's measured error (7.4%: up to "
+                              "85.92 GiB); the plan is Bridge's r_config run as shipped")
+    assert "None" not in msg and "{" not in msg
 
 
 def test_diagnostic_with_no_positioned_field_points_at_the_recipes_first_line():

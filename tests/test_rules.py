@@ -13,7 +13,8 @@ from conftest import RULE_BASE
 WITH_EXAMPLES = [r for r in rules() if r.examples]
 # Rules the resolver's derivations make unreachable from an intent: their predicates are
 # exercised directly on flat settings in test_rules_without_intent_examples below.
-DIRECT = {"PP004", "OVL007", "OVL008", "OVL013", "DW004", "DSP002", "DSP009"}
+DIRECT = {"PP004", "OVL007", "OVL008", "OVL013", "DW004", "DSP002", "DSP009",
+          "MEM002"}  # MEM002 needs a shipped Bridge recipe's model: tests/test_memory_truth.py runs them
 
 
 def test_catalogue_and_checks_match():
@@ -60,6 +61,13 @@ def _flat(**kw):
      dict(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep", gpu_flex_backends=["hybridep"])),
     ("DSP009", dict(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep", fp8_dispatch=True),
      dict(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep", fp8_dispatch=False)),
+    # MEM002: a shipped recipe run as shipped, over the GPU's memory but within the estimate's measured error
+    ("MEM002", dict(shipped_recipe="r_config", gpu_memory_gib=80, memory_estimate_gib=80.01, memory_limit_gib=85.92),
+     dict(shipped_recipe="r_config", gpu_memory_gib=80, memory_estimate_gib=80.0, memory_limit_gib=85.92)),
+    ("MEM002", dict(shipped_recipe="r_config", gpu_memory_gib=80, memory_estimate_gib=85.92, memory_limit_gib=85.92),
+     dict(shipped_recipe="r_config", gpu_memory_gib=80, memory_estimate_gib=85.93, memory_limit_gib=85.92)),
+    ("MEM002", dict(shipped_recipe="r_config", gpu_memory_gib=80, memory_estimate_gib=80.01, memory_limit_gib=85.92),
+     dict(shipped_recipe=None, gpu_memory_gib=80, memory_estimate_gib=80.01, memory_limit_gib=73.6)),
 ])
 def test_rules_without_intent_examples(rule_id, broken, fine):
     assert CHECKS[rule_id](_flat(**broken))

@@ -59,6 +59,8 @@ def intent_text(a: dict[str, Any], gpus_wanted: int | None = None) -> str:
         {"granularity": "full", "method": "uniform", "num_layers": 1} if rc == "full" else \
         {"granularity": "selective", "modules": list(rc)}
     impl, modules = GRAPHS[a["graphs"]]
+    # the recipe's optimizer (Kimi-K2's train with Muon; adam is the intent's default)
+    opt = f", optimizer: {a['optimizer']}" if a.get("optimizer", "adam") != "adam" else ""
     graphs: dict[str, Any] = {"impl": impl} if modules is None else {"impl": impl, "modules": modules}
     lines = [
         f"# Pinned to Megatron-Bridge's tuned perf recipe {a['recipe']}",
@@ -69,7 +71,7 @@ def intent_text(a: dict[str, Any], gpus_wanted: int | None = None) -> str:
         f"hardware: {{gpu: {a['gpu']}, nodes: {nodes}, gpus_per_node: {per}}}",
         "goal: throughput",
         f"training: {{seq_length: 4096, micro_batch_size: {a['mbs']}, global_batch_size: {gbs}, "
-        f"precision: {a['precision']}}}",
+        f"precision: {a['precision']}{opt}}}",
         f"parallelism: {_flow(par)}",
         f"moe: {_flow(moe)}",
         f"recompute: {_flow(recompute)}",

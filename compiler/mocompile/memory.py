@@ -9,12 +9,16 @@ measured peaks (benchmarks/results/RESULTS.md).
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 from typing import Any
 
+from mocompile.datafiles import load_yaml
 from mocompile.optimizer_state import state_bytes_per_param
 
 GIB = 1024 ** 3
+LIMITS = os.path.join(os.path.dirname(__file__), "data", "memory.yaml")
 ROUTING_IMBALANCE = 1.2      # most-loaded expert rank vs the mean, natural routing
 WORKSPACE_GIB = 0.5          # NCCL buffers and CUDA context: outside PyTorch's allocator
 ATTN_SCORE_BYTES = 2.5       # unfused attention keeps the bf16 softmax output (+ dropout mask bits) per score
@@ -36,6 +40,23 @@ TE_ACTIVATION_FACTOR = 0.95
 # skills/nemo-mbridge-perf-cuda-graphs, docs/training/cuda-graphs.md).
 GRAPH_IO_TENSORS = 4
 FULL_ITERATION_GRAPH_FACTOR = 0.5
+
+
+@functools.lru_cache(maxsize=1)
+def limits() -> dict[str, float]:
+    """The headroom and the estimate's measured error (values only; sources stay in ``data/memory.yaml``)."""
+    return {k: float(v["value"]) for k, v in load_yaml(LIMITS)["limits"].items()}
+
+
+def usable_gib(gpu_gib: float) -> float:
+    """The most a plan may fill on a GPU of ``gpu_gib``: the planner's headroom (to the estimate's 0.01 GiB)."""
+    return round(gpu_gib * limits()["headroom"], 2)
+
+
+def shipped_limit_gib(gpu_gib: float) -> float:
+    """The most a shipped recipe, run as shipped, may be estimated at: it is measured to fit, so our estimate
+    contradicts that only beyond its measured error."""
+    return round(gpu_gib * (1.0 + limits()["measured_error"]), 2)
 
 
 def _attention_params(m: dict[str, Any]) -> float:
@@ -122,12 +143,13 @@ class Estimator:
         self.impl = c.get("transformer_impl")
         self.fp8, self.fp4 = c.get("fp8"), c.get("fp4")
         self.nvlink_domain = c.get("nvlink_domain", 8)
-        self.graph_scopes = c.get("cuda_graph_modules") or c.get("cuda_graph_scope") or ["moe_router", "moe_preprocess"]
+        # the scopes of ``c`` (the final plan's); a search passes each candidate's own (``graph_scopes`` below)
+        self.graph_scopes = tuple(c.get("cuda_graph_modules") or c.get("cuda_graph_scope") or ())
         self.unfused = c.get("gradient_accumulation_fusion") is False
         self._weights: dict[tuple[int, ...], tuple[Any, ...]] = {}
         self._acts: dict[tuple[Any, ...], tuple[float, ...]] = {}
         self._per_token: dict[tuple[Any, ...], float] = {}
-        self._n_scopes: int | None = None
+        self._n_scopes: dict[tuple[str, ...], int] = {}
 
     def of(self, c: dict[str, Any]) -> dict[str, Any]:
         """The estimate for the candidate fields of ``c`` (layout, recompute, overlap, dispatcher, graphs)."""
@@ -138,7 +160,8 @@ class Estimator:
                              c["expert_tensor_parallel_size"], c["context_parallel_size"], granularity,
                              tuple(c.get("recompute_modules") or ()) if granularity == "selective" else (),
                              bool(c.get("overlap_moe_expert_parallel_comm")), backend,
-                             c.get("hybridep_ranks_per_domain"), c.get("cuda_graph_impl") or "none")
+                             c.get("hybridep_ranks_per_domain"), c.get("cuda_graph_impl") or "none",
+                             tuple(c.get("cuda_graph_modules") or c.get("cuda_graph_scope") or ()))
 
     def _weights_of(self, tp: int, pp: int, cp: int, ep: int, etp: int) -> tuple[Any, ...]:
         key = (tp, pp, cp, ep, etp)
@@ -236,57 +259,68 @@ class Estimator:
             buffers = max_tokens * m["hidden_size"] * 2 + max_tokens * (m["num_moe_experts"] // ep) * 4
         return buffers
 
-    def _graphs(self, graph_impl: str, acts: float, layers_rank: int, overlap: bool, tokens: float) -> float:
-        """CUDA-graph buffers (in PyTorch's allocator)."""
+    def _scope_count(self, scopes: tuple[str, ...] | None) -> int:
+        """Graphed scopes that hold their own static buffers: the MoE scopes (router, preprocess) as one, and
+        attention. ``scopes`` None: this estimator's own (from ``c``); empty: the router scopes, the default."""
+        key = self.graph_scopes if scopes is None else scopes
+        hit = self._n_scopes.get(key)
+        if hit is None:
+            found = key or ("moe_router", "moe_preprocess")
+            hit = self._n_scopes[key] = max(1, (1 if any(str(s).startswith("moe") for s in found) else 0)
+                                            + (1 if "attn" in found else 0))
+        return hit
+
+    def _graphs(self, graph_impl: str, acts: float, layers_rank: int, overlap: bool, tokens: float,
+                scopes: tuple[str, ...] | None = None) -> float:
+        """CUDA-graph buffers (in PyTorch's allocator). ``scopes``: the candidate's graphed scopes; a search
+        must pass them, since attention graphs (TE scope ``attn``) hold as much again as the router's."""
         graphs = 0.0
         if graph_impl == "full_iteration":
             graphs = FULL_ITERATION_GRAPH_FACTOR * acts
         elif graph_impl != "none":
-            if self._n_scopes is None:
-                scopes = self.graph_scopes
-                self._n_scopes = (1 if any(str(s).startswith("moe") for s in scopes) else 0) + \
-                    (1 if "attn" in scopes else 0)
             # a replay overwrites the graph's static buffers, so micro-batches waiting in the pipeline share them;
             # EP overlap interleaves two micro-batches layer by layer, which needs two graph instances
             sets = 2 if overlap else 1
-            graphs = GRAPH_IO_TENSORS * max(1, self._n_scopes) * layers_rank * sets * tokens * self.m["hidden_size"] * 2.0
+            graphs = GRAPH_IO_TENSORS * self._scope_count(scopes) * layers_rank * sets * tokens \
+                * self.m["hidden_size"] * 2.0
         return graphs
 
     def _parts(self, tp: int, pp: int, vpp: int, ep: int, etp: int, cp: int, granularity: Any,
                modules: tuple[str, ...], overlap: bool, backend: str | None, ranks: int | None,
-               graph_impl: str) -> tuple[float, ...]:
+               graph_impl: str, graph_scopes: tuple[str, ...] | None = None) -> tuple[float, ...]:
         dp, layers_rank, dense, experts, weights, unfused_wgrad = self._weights_of(tp, pp, cp, ep, etp)
         tokens, in_flight, acts, logits = self._acts_of(tp, pp, vpp, cp, dp, layers_rank, granularity, modules,
                                                         overlap)
         buffers = self._buffers(ep, etp, backend, ranks)
-        graphs = self._graphs(graph_impl, acts, layers_rank, overlap, tokens)
+        graphs = self._graphs(graph_impl, acts, layers_rank, overlap, tokens, graph_scopes)
         allocated = weights + acts + logits + graphs + unfused_wgrad
         total = allocated + buffers + WORKSPACE_GIB * GIB
         return allocated, total, weights, acts, logits, buffers, graphs, dense, experts, in_flight
 
     def knobs(self, tp: int, pp: int, vpp: int, ep: int, etp: int, cp: int, overlap: bool, backend: str | None,
-              ranks: int | None, graph_impl: str) -> tuple[Any, ...]:
+              ranks: int | None, graph_impl: str, graph_scopes: tuple[str, ...] | None = None) -> tuple[Any, ...]:
         """What ``total_gib`` needs of a candidate but its recompute rung: its weights and dispatcher buffers
         are the same at every rung."""
         dp, layers_rank, _, _, weights, unfused_wgrad = self._weights_of(tp, pp, cp, ep, etp)
         return (tp, pp, vpp, cp, dp, layers_rank, weights, unfused_wgrad, self._buffers(ep, etp, backend, ranks),
-                overlap, graph_impl)
+                overlap, graph_impl, graph_scopes)
 
     def total_gib(self, knobs: tuple[Any, ...], granularity: Any, modules: tuple[str, ...]) -> float:
         """``estimate(...)["total_gib"]`` (what a fit test reads) of ``knobs`` at one recompute rung."""
-        tp, pp, vpp, cp, dp, layers_rank, weights, unfused_wgrad, buffers, overlap, graph_impl = knobs
+        tp, pp, vpp, cp, dp, layers_rank, weights, unfused_wgrad, buffers, overlap, graph_impl, scopes = knobs
         tokens, _, acts, logits = self._acts_of(tp, pp, vpp, cp, dp, layers_rank, granularity, modules, overlap)
-        graphs = self._graphs(graph_impl, acts, layers_rank, overlap, tokens)
+        graphs = self._graphs(graph_impl, acts, layers_rank, overlap, tokens, scopes)
         allocated = weights + acts + logits + graphs + unfused_wgrad  # as in _parts, term by term
         return round((allocated + buffers + WORKSPACE_GIB * GIB) / GIB, 2)
 
     def estimate(self, tp: int, pp: int, vpp: int, ep: int, etp: int, cp: int, granularity: Any,
                  modules: tuple[str, ...], overlap: bool, backend: str | None, ranks: int | None,
-                 graph_impl: str) -> dict[str, Any]:
+                 graph_impl: str, graph_scopes: tuple[str, ...] | None = None) -> dict[str, Any]:
         """The estimate of one candidate: ``modules`` only for selective recompute, ``backend`` only for the
-        flex dispatcher, ``ranks`` HybridEP's ranks per domain (None: the EP group)."""
+        flex dispatcher, ``ranks`` HybridEP's ranks per domain (None: the EP group), ``graph_scopes`` its TE
+        graph scopes (None: those of the settings this estimator was made from)."""
         allocated, total, weights, acts, logits, buffers, graphs, dense, experts, in_flight = self._parts(
-            tp, pp, vpp, ep, etp, cp, granularity, modules, overlap, backend, ranks, graph_impl)
+            tp, pp, vpp, ep, etp, cp, granularity, modules, overlap, backend, ranks, graph_impl, graph_scopes)
         return {
             # Peak of PyTorch's allocator (comparable to torch.cuda.max_memory_allocated).
             "estimate_gib": round(allocated / GIB, 2),

@@ -19,7 +19,8 @@ NEUTRAL: dict[str, Any] = {
     "use_te_rng_tracker": False, "num_microbatches": 1, "memory_estimate_gib": 0.0,
     "manual_gc": False, "apply_rope_fusion": False, "cross_entropy_loss_fusion": False,
     "moe_permute_fusion": False, "grad_reduce_in_fp32": True,
-    "memory_biggest_term": None, "memory_min_gpus": None, "step_time_estimate_s": None,
+    "memory_biggest_term": None, "memory_min_gpus": None, "memory_limit_gib": None, "shipped_recipe": None,
+    "step_time_estimate_s": None,
 }
 
 

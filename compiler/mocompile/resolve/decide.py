@@ -8,9 +8,9 @@ predicted effect of flipping it (from the step-time model) and the runners-up th
 from __future__ import annotations
 
 
-from mocompile import steptime
+from mocompile import memory, steptime
 from mocompile.resolve.context import Context
-from mocompile.resolve.search import HEADROOM, min_gpus_that_fit, search, settings, trust_margin, why_lost
+from mocompile.resolve.search import Scorer, search, settings, trust_margin, why_lost
 
 # Intent path of each field the planner sets (pinned values keep their position).
 PATHS: dict[str, tuple[str, ...]] = {
@@ -52,6 +52,8 @@ def plan(ctx: Context) -> None:
     part = f"part of the chosen plan ({est.step_s:.2f} s/step; see tensor_model_parallel_size)"
     effects = res.effects
     values = settings(ctx, w.cand)
+    shipped = Scorer(ctx).shipped(w.cand)
+    usable = memory.usable_gib(ctx.hw["memory_gib"])
     for name, value in values.items():
         path = PATHS.get(name)
         if path and ctx.explicit(*path) and ctx.pinned(*path) is not None:
@@ -81,8 +83,14 @@ def plan(ctx: Context) -> None:
             ctx.set(name, value, "derived", "flex dispatcher SM budget used by the shipped perf recipes"
                     if value else "no flex dispatcher")
         elif name.startswith("recompute_"):
-            ctx.set(name, value, "goal", f"lightest recompute that fits: {w.mem['total_gib']:.1f} GiB <= "
-                    f"{ctx.hw['memory_gib'] * HEADROOM:.0f} GiB usable" if w.fits else "nothing fits: heaviest recompute")
+            if not w.fits:
+                why = "nothing fits: heaviest recompute"
+            elif w.mem["total_gib"] > usable:
+                why = (f"the shipped recipe's ({shipped}): {w.mem['total_gib']:.1f} GiB, over the {usable:.0f} GiB "
+                       "usable, run as shipped (see memory_limit_gib)")
+            else:
+                why = f"lightest recompute that fits: {w.mem['total_gib']:.1f} GiB <= {usable:.0f} GiB usable"
+            ctx.set(name, value, "goal", why)
         elif name == "pipeline_model_parallel_layout":
             ctx.set(name, value, "derived", "balanced layout: embedding and loss counted as a layer each"
                     if value else "even split (or no pipeline)", rules=["PP002", "PP003"] if value else None)
@@ -99,12 +107,7 @@ def plan(ctx: Context) -> None:
                                                          fits=res.anchor.fits),
         "model": "steptime " + steptime.__name__,
     }
-    if not w.fits:
-        terms = {k: w.mem[k] for k in ("weights_and_optimizer_gib", "activations_gib", "logits_gib",
-                                       "dispatcher_buffers_gib")}
-        big = max(terms, key=terms.get)
-        ctx.set("memory_biggest_term", f"{big.replace('_gib', '').replace('_', ' ')} {terms[big]:.1f} GiB", "derived",
-                "largest term of the memory estimate")
-        n = min_gpus_that_fit(ctx)
-        ctx.set("memory_min_gpus", n if n is not None else "more than 16384", "derived",
-                "smallest GPU count (whole nodes, doubling) with a layout that fits under full recompute")
+    ctx.set("shipped_recipe", shipped, "derived",
+            "the Bridge perf recipe this plan runs as shipped: its knobs (at most its CUDA-graph buffers), batch "
+            "shape, forced balance, BF16 gradient reduction and TE (data/anchors.yaml)" if shipped else
+            "no Bridge perf recipe run as shipped: the planner's headroom applies")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from mocompile import memory
 from mocompile.ir import Decision
 from mocompile.resolve.context import Context
+from mocompile.resolve.search import min_gpus_that_fit
 from mocompile.resolve.tuning import sm_margins
 
 def p2p_and_grads(ctx: Context) -> None:
@@ -71,9 +72,32 @@ def environment(ctx: Context) -> None:
 
 
 def memory_pass(ctx: Context) -> None:
-    """The final estimate from the final values (shown by explain, kept in the lock file)."""
+    """The final estimate from the final values (shown by explain, kept in the lock file), the limit it must
+    stay under, and what MEM001 quotes when it does not: all from this one estimate, so the message and the
+    check cannot disagree, and nothing is left unset for a message to print."""
     est = memory.estimate(ctx.model, ctx.values())
     ctx.memory.update(est)
-    ctx.memory["gpu_memory_gib"] = ctx.hw["memory_gib"]
-    ctx.set("memory_estimate_gib", est["total_gib"], "derived",
-            "mocompile memory estimate for the most-loaded rank, incl. dispatcher and NCCL buffers")
+    gib = ctx.hw["memory_gib"]
+    ctx.memory["gpu_memory_gib"] = gib
+    total = ctx.set("memory_estimate_gib", est["total_gib"], "derived",
+                    "mocompile memory estimate for the most-loaded rank, incl. dispatcher and NCCL buffers")
+    shipped = ctx["shipped_recipe"]
+    if shipped:
+        limit = ctx.set("memory_limit_gib", memory.shipped_limit_gib(gib), "derived",
+                        f"{shipped} run as shipped is measured to run: the GPU's {gib} GiB plus the memory estimate's "
+                        f"measured error, {memory.limits()['measured_error']:.1%} (data/memory.yaml)")
+    else:
+        limit = ctx.set("memory_limit_gib", memory.usable_gib(gib), "derived",
+                        f"the planner's headroom: {memory.limits()['headroom']:.0%} of the GPU's {gib} GiB (data/memory.yaml)")
+    terms = {k: est[k] for k in ("weights_and_optimizer_gib", "activations_gib", "logits_gib",
+                                 "dispatcher_buffers_gib", "graph_buffers_gib")}
+    big = max(terms, key=terms.__getitem__)
+    ctx.set("memory_biggest_term", f"{big.replace('_gib', '').replace('_', ' ')} {terms[big]:.1f} GiB", "derived",
+            "largest term of the memory estimate")
+    if total > limit:
+        n = min_gpus_that_fit(ctx)
+        ctx.set("memory_min_gpus", n if n is not None else "more than 16384", "derived",
+                "smallest GPU count (whole nodes) with a layout that fits under the headroom, with the knobs that "
+                "need the least memory and the heaviest recompute (resolve/search.py min_gpus_that_fit)")
+    else:
+        ctx.set("memory_min_gpus", None, "derived", "the plan fits: not searched")

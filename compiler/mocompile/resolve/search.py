@@ -28,7 +28,7 @@ from mocompile.steptime import Batch, Candidate, StepEstimate
 
 FLEX = ("deepep", "hybridep")
 DEFAULT_SMS = {"deepep": 20, "hybridep": 32}
-HEADROOM = 0.92            # share of GPU memory a plan may fill
+HEADROOM = memory.limits()["headroom"]  # share of GPU memory a plan may fill (data/memory.yaml)
 ROUTER_SCOPES = ["moe_router", "moe_preprocess"]
 LAYOUT_SHORTLIST = 16      # layouts kept after the first (default-knob) scoring
 RULE_CHECK_LIMIT = 400     # candidates rule-checked at most, best first
@@ -185,35 +185,55 @@ class Layout:
     cp: int
 
 
-def layouts_for(ctx: Context, world: int) -> list[Layout]:
-    """Every (TP, PP, VPP, EP, ETP, CP) the pins, divisibility and the model allow on ``world`` GPUs."""
+def _sizes(ctx: Context, world: int | None) -> tuple[dict[str, Any], list[int], list[int], list[int], list[int],
+                                                     list[int]]:
+    """The pins and the TP, CP, PP, ETP and EP sizes the model allows, those of PP and EP dividing ``world``
+    (None: on any GPU count)."""
     gpn = ctx["gpus_per_node"]
     heads, groups, experts = ctx["num_attention_heads"], ctx["num_query_groups"], ctx["num_moe_experts"]
-    layers, mtp = ctx["num_layers"], ctx["mtp_num_layers"] or 0
+    layers = ctx["num_layers"]
     p = {k: _pin(ctx, "parallelism", k) for k in ("tp", "pp", "vpp", "ep", "etp", "cp")}
-    seq = ctx["seq_length"]
     tps = [p["tp"]] if p["tp"] else [t for t in (1, 2, 4, 8) if t <= gpn and heads % t == 0
                                      and (groups % t == 0 or t % groups == 0)]
-    cps = [p["cp"]] if p["cp"] else ([1, 2, 4, 8] if seq >= 16384 else [1])
-    pps = [p["pp"]] if p["pp"] else [d for d in range(1, min(world, layers) + 1) if world % d == 0]
+    cps = [p["cp"]] if p["cp"] else ([1, 2, 4, 8] if ctx["seq_length"] >= 16384 else [1])
+    pps = [p["pp"]] if p["pp"] else [d for d in range(1, min(world or layers, layers) + 1)
+                                     if world is None or world % d == 0]
     etps = [p["etp"]] if p["etp"] else [1]
-    eps = [p["ep"]] if p["ep"] else [e for e in _divisors(experts) if world % e == 0]
-    units = layers + 2 + mtp
+    eps = [p["ep"]] if p["ep"] else [e for e in _divisors(experts) if world is None or world % e == 0]
+    return p, tps, cps, pps, etps, eps
+
+
+def _vpps(ctx: Context, p: dict[str, Any], pp: int) -> list[int]:
+    """The interleaving depths a pipeline of ``pp`` stages may take."""
+    if p["vpp"] is not None:
+        return [p["vpp"]]
+    if pp == 1 or ctx.goal == "bring-up":
+        return [1]
+    units = ctx["num_layers"] + 2 + (ctx["mtp_num_layers"] or 0)
+    return [1] + [v for v in (2, 3, 4, 6, 8, 12, 16) if units >= 2 * pp * v]
+
+
+def layouts_for(ctx: Context, world: int) -> list[Layout]:
+    """Every (TP, PP, VPP, EP, ETP, CP) the pins, divisibility and the model allow on ``world`` GPUs."""
+    experts = ctx["num_moe_experts"]
+    p, tps, cps, pps, etps, eps = _sizes(ctx, world)
     out = []
     for tp, cp, pp, etp, ep in itertools.product(tps, cps, pps, etps, eps):
         if world % (tp * pp * cp) or world % (ep * etp * pp) or experts % ep:
             if not all(p[k] for k in ("tp", "pp", "ep")):
                 continue
-        if p["vpp"] is not None:
-            vpps = [p["vpp"]]
-        elif pp == 1 or ctx.goal == "bring-up":
-            vpps = [1]
-        else:
-            vpps = [1] + [v for v in (2, 3, 4, 6, 8, 12, 16) if units >= 2 * pp * v]
-        out.extend(Layout(tp, pp, v, ep, etp, cp) for v in vpps)
+        out.extend(Layout(tp, pp, v, ep, etp, cp) for v in _vpps(ctx, p, pp))
     if not out:  # the pins leave nothing legal: keep them (1 where unpinned) and let the rules say why
         out.append(Layout(p["tp"] or 1, p["pp"] or 1, p["vpp"] or 1, p["ep"] or 1, p["etp"] or 1, p["cp"] or 1))
     return out
+
+
+def _shapes(ctx: Context) -> list[Layout]:
+    """Every layout the pins and the model allow on some GPU count (``layouts_for`` without divisibility)."""
+    experts = ctx["num_moe_experts"]
+    p, tps, cps, pps, etps, eps = _sizes(ctx, None)
+    return [Layout(tp, pp, v, ep, etp, cp) for tp, cp, pp, etp, ep in itertools.product(tps, cps, pps, etps, eps)
+            if experts % ep == 0 for v in _vpps(ctx, p, pp)]
 
 
 # -- candidate -> settings ------------------------------------------------------------------------
@@ -254,16 +274,22 @@ def _graph_impl(ctx: Context, graphs: str) -> str:
         {"none": "none", "full_iteration": "full_iteration"}.get(graphs, "transformer_engine")
 
 
+def _graph_modules(ctx: Context, graphs: str) -> list[str]:
+    """Megatron's cuda_graph_modules for a candidate's graph scope (pinned modules win)."""
+    pinned = _pin(ctx, "cuda_graphs", "modules")
+    if pinned is not None:
+        return list(pinned)
+    impl = _graph_impl(ctx, graphs)
+    return [] if impl in ("none", "full_iteration") else (["attn"] if graphs == "te_arp" else []) + ROUTER_SCOPES
+
+
 def settings(ctx: Context, cand: Candidate, world: int | None = None) -> dict[str, Any]:
     """The Megatron fields a candidate sets, derived settings included (what the rules read)."""
     world = world or ctx["world_size"]
     dp = max(1, world // (cand.tp * cand.pp * cand.cp))
     flex = cand.dispatcher in FLEX
-    graphs = cand.graphs
-    impl = _graph_impl(ctx, graphs)
-    pinned_mods = _pin(ctx, "cuda_graphs", "modules")
-    mods = list(pinned_mods) if pinned_mods is not None else \
-        ([] if impl in ("none", "full_iteration") else (["attn"] if graphs == "te_arp" else []) + ROUTER_SCOPES)
+    impl = _graph_impl(ctx, cand.graphs)
+    mods = _graph_modules(ctx, cand.graphs)
     sp = _pin(ctx, "parallelism", "sequence_parallel")
     sms = _pin(ctx, "moe", "num_sms")
     rung = cand.recompute
@@ -301,7 +327,10 @@ class Scorer:
         self.world = world or ctx["world_size"]
         self.base = ctx.values()
         self.base["world_size"] = self.world
-        self.limit = ctx.hw["memory_gib"] * HEADROOM
+        self.limit = memory.usable_gib(ctx.hw["memory_gib"])
+        # shipped recipes run as shipped fit up to the GPU's memory plus the estimate's measured error
+        self.shipped_limit = memory.shipped_limit_gib(ctx.hw["memory_gib"])
+        self._shipped = shipped_plans(ctx) if self.world == ctx["world_size"] else {}
         self.batch = Batch(ctx["seq_length"], ctx["micro_batch_size"], ctx["global_batch_size"], ctx["precision"],
                            bool(ctx["moe_router_force_load_balancing"]), ctx["te_version"] is not None,
                            bool(ctx["moe_grouped_gemm"]))
@@ -314,6 +343,8 @@ class Scorer:
         # its parts per the knobs each depends on (memory.Estimator)
         self._estimator = memory.Estimator(ctx.model, self.base)
         self._impl = {g: _graph_impl(ctx, g) for g in ("none", "te_rp", "te_arp", "full_iteration")}
+        # each candidate's own graph scopes: attention graphs (te_arp) hold buffers of their own
+        self._scopes = {g: tuple(_graph_modules(ctx, g)) for g in ("none", "te_rp", "te_arp", "full_iteration")}
         self._nvlink_domain = ctx["nvlink_domain"]
         self._steps = steptime.StepModel(ctx.model, self.hw, self.batch, self.world)  # memoises per knob too
         self._checks: dict[tuple[Any, ...], list[tuple[str, Any]]] = {}
@@ -346,7 +377,12 @@ class Scorer:
         return self._estimator.knobs(cand.tp, cand.pp, cand.vpp, cand.ep, cand.etp, cand.cp, bool(cand.overlap),
                                      cand.dispatcher if cand.dispatcher in FLEX else None,
                                      min(self._nvlink_domain, cand.ep * cand.etp),
-                                     self._impl.get(cand.graphs) or _graph_impl(self.ctx, cand.graphs))
+                                     self._impl.get(cand.graphs) or _graph_impl(self.ctx, cand.graphs),
+                                     self._scopes_of(cand.graphs))
+
+    def _scopes_of(self, graphs: str) -> tuple[str, ...]:
+        hit = self._scopes.get(graphs)
+        return hit if hit is not None else tuple(_graph_modules(self.ctx, graphs))
 
     def _rung_args(self, rung: Rung) -> tuple[Any, tuple[str, ...]]:
         """The memory estimate's (granularity, modules) of a recompute rung."""
@@ -360,13 +396,30 @@ class Scorer:
         flex = cand.dispatcher in FLEX
         return (cand.tp, cand.pp, cand.vpp, cand.ep, cand.etp, cand.cp, *(rung or (None, None)), bool(cand.overlap),
                 cand.dispatcher if flex else None, min(self._nvlink_domain, cand.ep * cand.etp),
-                self._impl.get(cand.graphs) or _graph_impl(self.ctx, cand.graphs))
+                self._impl.get(cand.graphs) or _graph_impl(self.ctx, cand.graphs), self._scopes_of(cand.graphs))
 
     def score(self, cand: Candidate, anchor: str | None = None) -> Scored:
         self.count += 1
         mem = self.memory(cand)
         est = self._steps.estimate(cand)
-        return Scored(cand, est, mem, mem["total_gib"] <= self.limit, anchor)
+        return Scored(cand, est, mem, self.fits(cand, mem["total_gib"]), anchor)
+
+    def fits(self, cand: Candidate, total_gib: float) -> bool:
+        """Under the headroom, or, for a shipped recipe run as shipped, under its measured limit (what MEM001
+        and MEM002 check on the emitted plan)."""
+        if total_gib <= self.limit:
+            return True
+        return bool(self._shipped) and total_gib <= self.shipped_limit and self.shipped(cand) is not None
+
+    def shipped(self, cand: Candidate) -> str | None:
+        """The Bridge perf recipe whose measurement covers ``cand``: run as shipped (``shipped_plans``), with the
+        same knobs and at most the recipe's CUDA-graph buffers (the planner offers the router scopes where a
+        recipe graphs attention or the full iteration; only the graph term differs, so the estimates compare
+        the buffers); None: none does."""
+        for graphs, recipe in self._shipped.get(tuple(getattr(cand, f) for f in _NOT_GRAPHS), ()):
+            if cand.graphs == graphs or self.total_gib(cand) <= self.total_gib(replace(cand, graphs=graphs)):
+                return recipe
+        return None
 
     def lightest_fitting(self, cand: Candidate, rungs: list[Rung]) -> Candidate:
         """The lightest recompute rung that fits (recompute only costs time), else the heaviest."""
@@ -495,6 +548,44 @@ def anchor_candidate(ctx: Context, a: dict[str, Any], pins: bool = True) -> Cand
     return cand
 
 
+# Bridge's MoE perf recipes train at 4096 tokens (perf_recipes/<family>/<gpu>/<model>.py; what `mocompile init` writes)
+SHIPPED_SEQ_LENGTH = 4096
+
+
+def runs_as_shipped(ctx: Context, a: dict[str, Any]) -> bool:
+    """Does this intent run recipe ``a`` with the batch shape and the settings its memory was measured with?
+    Its sequence, micro batch and global batch (weak-scaled by DP to at least its GPU count, which only lowers
+    per-GPU memory), forced balancing, BF16 gradient reduction and Transformer Engine with fused weight
+    gradients (Bridge's ``_benchmark_common``): the memory estimate reads each of them."""
+    world = ctx["world_size"]
+    return (ctx["seq_length"] == SHIPPED_SEQ_LENGTH and ctx["micro_batch_size"] == a["mbs"]
+            and world >= a["gpus"] and ctx["global_batch_size"] * a["gpus"] == a["gbs"] * world
+            and bool(ctx["moe_router_force_load_balancing"]) and not ctx["grad_reduce_in_fp32"]
+            and ctx["transformer_impl"] == "transformer_engine" and ctx["gradient_accumulation_fusion"] is not False)
+
+
+_NOT_GRAPHS = tuple(f for f in KNOB_FIELDS if f != "graphs")
+
+
+def shipped_plans(ctx: Context) -> dict[tuple[Any, ...], list[tuple[str, str]]]:
+    """(graph scope, recipe name) of every Bridge perf recipe, variants included, that this intent runs as
+    shipped (``runs_as_shipped``), by its other knobs (``KNOB_FIELDS`` but graphs): such a plan is measured
+    to run, so its fit test allows the memory estimate's measured error over the GPU's memory
+    (``memory.shipped_limit_gib``)."""
+    model_id, gpu, prec, opt = ctx.model.get("id"), ctx["gpu"], ctx["precision"], ctx["optimizer"]
+    out: dict[tuple[Any, ...], list[tuple[str, str]]] = {}
+    for a in anchors():
+        if a["model"] != model_id or a["gpu"] != gpu or a["precision"] != prec or a.get("optimizer", "adam") != opt:
+            continue
+        if runs_as_shipped(ctx, a):
+            cand = anchor_candidate(ctx, a, pins=False)
+            rungs = [cand.recompute] + ([(None, None, None, None)] if a["recompute"] == [] else [])
+            for rung in rungs:  # a module list without granularity is no recompute (what `init` pins)
+                key = tuple(getattr(replace(cand, recompute=rung), f) for f in _NOT_GRAPHS)
+                out.setdefault(key, []).append((a["graphs"], a["recipe"]))
+    return out
+
+
 @dataclass
 class SearchResult:
     winner: Scored
@@ -616,9 +707,8 @@ def _search(ctx: Context) -> SearchResult:
     if anchor is not None:
         acand = anchor_candidate(ctx, anchor)
         pinned = acand != anchor_candidate(ctx, anchor, pins=False)
+        # a shipped recipe run as shipped is measured to run: Scorer.fits allows it the estimate's measured error
         anchor_scored = sc.score(acand, anchor["recipe"] + (" with the recipe's pins" if pinned else ""))
-        # a shipped recipe is measured to run: our estimate's headroom must not reject it
-        anchor_scored.fits = anchor_scored.mem["total_gib"] <= ctx.hw["memory_gib"]
         shortlist.add((acand.tp, acand.pp, acand.vpp, acand.ep, acand.etp, acand.cp))
     pool: dict[Candidate, Scored] = {s.cand: s for s in first}
     for lay in shortlist:
@@ -680,19 +770,42 @@ def _beyond_margin(sc: Scorer, ranked: list[Scored], anchor: Scored, margin: flo
 
 
 def min_gpus_that_fit(ctx: Context, limit_gpus: int = 16384) -> int | None:
-    """The smallest GPU count (whole nodes) on which some layout fits with the heaviest recompute."""
+    """The smallest GPU count, in whole nodes, on which some layout fits under the planner's headroom with the
+    knobs that need the least memory (``_frugal_knob``, the pins kept) at the heaviest recompute rung: the
+    planner's own estimate and limit, so the planner finds a plan that fits there. None: no count up to
+    ``limit_gpus`` does.
+
+    Every node count counts, not only doublings (DeepSeek-V3 on H100 fits on 168 GPUs; doubling said 256). A
+    layout's estimate never grows with the GPU count (data parallelism shards more of the optimizer state, and
+    fewer micro-batches wait in the pipeline), so each layout is bisected over the node counts it divides,
+    below the best count found so far."""
     gpn = ctx["gpus_per_node"]
-    nodes = 1
-    while nodes * gpn <= limit_gpus:
-        world = nodes * gpn
-        sc = Scorer(ctx, world)
-        for lay in layouts_for(ctx, world):
-            cand = Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, "alltoall", False, False,
-                             _rungs(ctx, False)[-1], "none")
-            if sc.total_gib(cand) <= sc.limit:
-                return world
-        nodes *= 2
-    return None
+    disp, overlap, delay_wgrad, graphs = _frugal_knob(_knobs(ctx))
+    rung = _rungs(ctx, overlap)[-1]
+    scorers: dict[int, Scorer] = {}
+
+    def fits(lay: Layout, world: int) -> bool:
+        sc = scorers.get(world)
+        if sc is None:
+            sc = scorers[world] = Scorer(ctx, world)
+        return sc.total_gib(Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, disp, overlap, delay_wgrad,
+                                      rung, graphs)) <= sc.limit
+
+    best: int | None = None
+    for lay in _shapes(ctx):
+        step = math.lcm(gpn, lay.tp * lay.pp * lay.cp, lay.ep * lay.etp * lay.pp)  # GPU counts it runs on
+        top = (limit_gpus if best is None else best - 1) // step
+        if top < 1 or not fits(lay, top * step):
+            continue
+        lo, hi = 1, top  # the smallest multiple that fits: it fits at hi
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if fits(lay, mid * step):
+                hi = mid
+            else:
+                lo = mid + 1
+        best = lo * step
+    return best
 
 
 def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None) -> str:
@@ -722,4 +835,5 @@ def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None) -> str
 
 
 __all__ = ["SearchResult", "Scored", "Scorer", "anchors", "knob_distance", "layouts_for", "match_anchor",
-           "min_gpus_that_fit", "required_ratio", "search", "settings", "why_lost"]
+           "min_gpus_that_fit", "required_ratio", "runs_as_shipped", "search", "settings", "shipped_plans",
+           "why_lost"]

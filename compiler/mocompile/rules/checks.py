@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from mocompile import memory
 from mocompile.layout import layout_error
 from mocompile.versions import at_least
 
@@ -82,6 +83,13 @@ def split_share(split: str | None, index: int) -> float | None:
 
 def _ckpt_used(c: Cfg) -> bool:
     return bool(c.get("save") or c.get("load") or c.get("pretrained_checkpoint"))
+
+
+def memory_limit(c: dict[str, Any]) -> float:
+    """The most the plan may fill per GPU (``memory_limit_gib``, set from the final estimate's plan); before it is
+    set, the planner's headroom (``memory.usable_gib``)."""
+    limit = c.get("memory_limit_gib")
+    return limit if limit is not None else memory.usable_gib(c["gpu_memory_gib"])
 
 
 CHECKS: dict[str, Check] = {
@@ -180,7 +188,9 @@ CHECKS: dict[str, Check] = {
     "MOE002": lambda c: bool(c["moe_router_force_load_balancing"]),
     "MOE003": lambda c: (c.get("first_k_dense") or 0) >= c["num_layers"],
     "ENV001": lambda c: _overlap(c) and str(c["env"].get("CUDA_DEVICE_MAX_CONNECTIONS", "")) == "1",
-    "MEM001": lambda c: c.get("memory_estimate_gib", 0) > c["gpu_memory_gib"],
+    "MEM001": lambda c: c.get("memory_estimate_gib", 0) > memory_limit(c),
+    "MEM002": lambda c: bool(c.get("shipped_recipe"))
+    and c["gpu_memory_gib"] < c.get("memory_estimate_gib", 0) <= memory_limit(c),
     "VER001": lambda c: not at_least(c["torch_version"], "2.6.0"),
     # Optimizer choice (training.optimizer). The catalogue's versions key OPT002/OPT003 to old stacks.
     "OPT001": lambda c: c.get("optimizer", "adam") == "muon" and bool(c["fp16"]),

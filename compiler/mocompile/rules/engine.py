@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from mocompile import memory
 from mocompile.datafiles import load_yaml
 
 from mocompile.ir import Diagnostic, Plan, Position
@@ -73,10 +74,25 @@ def context(cfg: dict[str, Any]) -> dict[str, Any]:
         layers_per_rank=cfg.get("num_layers", 0) // max(1, pp),
         num_microbatches=cfg.get("global_batch_size", 0) // max(1, cfg.get("micro_batch_size", 1) * cfg.get("data_parallel_size", 1)),
     )
+    ctx.update(_memory_values(cfg))
     if cfg.get("pipeline_model_parallel_layout"):
         ctx["layout_error"] = layout_error(cfg["pipeline_model_parallel_layout"], pp, vpp,
                                            cfg.get("num_layers", 0), cfg.get("mtp_num_layers") or 0)
     return ctx
+
+
+def _memory_values(cfg: dict[str, Any]) -> dict[str, Any]:
+    """What MEM001/MEM002 quote beyond the plain fields: where the limit comes from and the margin over the GPU."""
+    gib, est = cfg.get("gpu_memory_gib"), cfg.get("memory_estimate_gib")
+    if not gib or est is None:
+        return {}
+    err = memory.limits()["measured_error"]
+    shipped = cfg.get("shipped_recipe")
+    basis = (f"its {gib} GiB plus the memory estimate's measured error of {err:.1%}: {shipped} run as shipped"
+             if shipped else f"{memory.limits()['headroom']:.0%} of its {gib} GiB: the planner's headroom")
+    return {"memory_limit_basis": basis, "memory_over_gib": f"{est - gib:.2f}", "memory_over_pct": f"{est / gib - 1:.1%}",
+            "memory_error_pct": f"{err:.1%}",
+            "memory_limit_gib": cfg.get("memory_limit_gib") or memory.usable_gib(gib)}
 
 
 def broken_rules(cfg: dict[str, Any]) -> list[Rule]:
