@@ -35,10 +35,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "compiler"))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-from anchor_intents import consistent, intent_text, shipped_rows  # noqa: E402  (first: checks the dependencies)
+from anchor_intents import consistent, context_for, intent_text, shipped_rows  # noqa: E402  (first: checks the dependencies)
 from mocompile.errors import InputError  # noqa: E402
 from mocompile.pipeline import analyse  # noqa: E402
-from mocompile.resolve import search  # noqa: E402
+from mocompile.resolve import reference, search  # noqa: E402
 
 GROUP = {"bf16": "BF16", "fp8-cs": "FP8", "fp8-ds": "FP8", "fp8-blockwise": "FP8", "mxfp8": "FP8", "nvfp4": "NVFP4"}
 FIELDS = ("layout", "dispatcher", "overlap", "recompute")
@@ -72,25 +72,46 @@ def planned(text: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None, st
 
 
 class withheld:
-    """Context manager: the search sees no anchors (model-only planning)."""
+    """Context manager: the search sees none of ``recipes`` (``reference.WITHHELD``)."""
+
+    def __init__(self, recipes: set[str]):
+        self.recipes = recipes
 
     def __enter__(self) -> None:
-        self.saved = search.match_anchor
-        search.match_anchor = lambda ctx: None
+        reference.WITHHELD.update(self.recipes)
 
     def __exit__(self, *exc: Any) -> None:
-        search.match_anchor = self.saved
+        reference.WITHHELD.difference_update(self.recipes)
 
 
-def agreement(rows: list[dict[str, Any]], model_only: bool) -> tuple[list[str], list[dict[str, Any]]]:
+def withheld_for(a: dict[str, Any], mode: str) -> set[str]:
+    """The recipes a mode hides from the planner for recipe ``a``'s intent."""
+    every = search.anchors()
+    if mode == "shipped":
+        return set()
+    if mode == "model":  # every recipe of this model, GPU and precision (any GPU count, variants too)
+        return {b["recipe"] for b in every if (b["model"], b["gpu"], b["precision"]) == (a["model"], a["gpu"], a["precision"])}
+    if mode == "family":  # every recipe of the model family (Bridge's perf_recipes module)
+        return {b["recipe"] for b in every if b["module"] == a["module"]}
+    return {b["recipe"] for b in every}  # "none": the model and the documented defaults alone
+
+
+MODES = {"shipped": "as shipped (anchors scored)",
+         "model": "model only (the recipes of this model, GPU and precision withheld; nearest recipes and defaults serve)",
+         "family": "leave one family out (every recipe of the model's family withheld)",
+         "none": "no recipes at all (the model and the documented defaults alone)"}
+
+
+def agreement(rows: list[dict[str, Any]], mode: str) -> tuple[list[str], list[dict[str, Any]]]:
     stats: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     disagreements = []
+    regrets = []
     for a in rows:
-        if model_only:
-            with withheld():
-                got, planner, errors = planned(intent_text(a, optimizer=True))
-        else:
+        with withheld(withheld_for(a, mode)):
             got, planner, errors = planned(intent_text(a, optimizer=True))
+        if mode != "shipped" and got is not None:
+            with redirect_stdout(io.StringIO()):
+                regrets.append(shipped_regret(a, got, planner))
         want = shipped(a)
         groups = [GROUP[a["precision"]]] + ([GROUP[a["precision"]] + " (Adam)"] if a.get("optimizer") == "adam" else [])
         for g in groups:
@@ -105,6 +126,9 @@ def agreement(rows: list[dict[str, Any]], model_only: bool) -> tuple[list[str], 
             stats[g]["all"] += all(same.values())
         if not all(same.values()):
             anchor = (planner or {}).get("anchor") or {}
+            if mode != "shipped":  # the reference is no shipped recipe here: score the shipped plan itself
+                ctx = context_for(intent_text(a, optimizer=True))
+                anchor = {"step_time_s": search.Scorer(ctx).score(search.anchor_candidate(ctx, a, pins=False)).step}
             disagreements.append({"recipe": a["recipe"], "fields": [f for f in FIELDS if not same[f]],
                                   "mocompile": got, "shipped": want,
                                   "pred_mocompile_s": (planner or {}).get("chosen", {}).get("step_time_s"),
@@ -121,14 +145,30 @@ def agreement(rows: list[dict[str, Any]], model_only: bool) -> tuple[list[str], 
         lines.append(f"{g:<13} {n:>3} " + " ".join(f"{s[f]:>4}/{n:<3}{s[f] / n:>4.0%}" for f in FIELDS + ("all",)))
     lines.append("(Adam) = the Adam recipes only; Kimi-K2's recipes train with Muon: their intents say "
                  "training.optimizer: muon, which the Muon anchors serve (Adam anchors serve Adam intents)")
+    kept = sorted(r for r in regrets if r is not None)
+    if kept:
+        lines.append(f"predicted regret of the shipped plan under the model (its predicted step over the chosen "
+                     f"plan's, {len(kept)} recipes): median {kept[len(kept) // 2]:+.1%}, worst {kept[-1]:+.1%}")
     return lines, disagreements
 
 
-def weak_scaling(rows: list[dict[str, Any]]) -> list[str]:
+def shipped_regret(a: dict[str, Any], got: dict[str, Any], planner: dict[str, Any] | None) -> float | None:
+    """How much slower the model predicts the shipped plan than the plan it chose (0 where all four agree),
+    both scored by the same Scorer on the recipe's intent."""
+    if got == shipped(a):
+        return 0.0
+    chosen = (planner or {}).get("chosen", {}).get("step_time_s")
+    ctx = context_for(intent_text(a, optimizer=True))
+    ship = search.Scorer(ctx).score(search.anchor_candidate(ctx, a, pins=False)).step
+    return None if not chosen else ship / chosen - 1
+
+
+def weak_scaling(rows: list[dict[str, Any]], mode: str = "shipped") -> list[str]:
     kept, total, changed = 0, 0, []
     for a in rows:
-        g1, _, _ = planned(intent_text(a, optimizer=True))
-        g2, _, _ = planned(intent_text(a, 2, optimizer=True))
+        with withheld(withheld_for(a, mode)):
+            g1, _, _ = planned(intent_text(a, optimizer=True))
+            g2, _, _ = planned(intent_text(a, 2, optimizer=True))
         if g1 is None or g2 is None:
             continue
         total += 1
@@ -167,8 +207,8 @@ def main() -> int:
                       "(Megatron-Bridge 067f987d, variants excluded)"]
     out += [f"  left out, layout cannot run on the recipe's own GPU count: {a['recipe']} "
             f"(TP{a['tp']} PP{a['pp']} EP{a['ep']} on {a['gpus']} GPUs)" for a in every if not consistent(a)] + [""]
-    for label, model_only in (("as shipped (anchors scored)", False), ("model only (anchor withheld)", True)):
-        lines, dis = agreement(rows, model_only)
+    for mode, label in MODES.items():
+        lines, dis = agreement(rows, mode)
         out += [f"== agreement, {label}"] + lines + [""]
         slower = [d for d in dis if d.get("pred_mocompile_s") and d.get("pred_shipped_s")
                   and d["pred_mocompile_s"] > d["pred_shipped_s"] and not d["shipped_state"]]
@@ -176,6 +216,7 @@ def main() -> int:
                    f"(and the shipped one is legal and fits): {len(slower)}")
         out += [fmt_dis(d) for d in dis] + [""]
     out += ["== weak scaling"] + weak_scaling(rows) + [""]
+    out += ["== weak scaling, model only"] + weak_scaling(rows, "model") + [""]
     if not args.no_calibration:
         import calibrate
         c = calibrate.steptime.constants()

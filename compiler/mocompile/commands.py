@@ -261,11 +261,18 @@ def _print_planner(p: dict) -> None:
                 f"{s['tokens_per_s_per_gpu']:.0f} tok/s/GPU, {s['memory_gib']:.1f} GiB")
     print(f"planner (goal {p['goal']}, {p['candidates_scored']} candidates scored):")
     c = p["chosen"]
-    print(f"  chosen    {c['plan']}\n            {row(c)}" + (f"  [shipped recipe {c['anchor']}]" if c.get("anchor") else ""))
+    tags = {"shipped": "shipped recipe", "near": "nearest shipped recipe", "defaults": "documented defaults"}
+    ref = p.get("reference") or {}
+    tag = tags.get(ref.get("kind") or "shipped", "reference")
+    print(f"  chosen    {c['plan']}\n            {row(c)}" + (f"  [{tag}: {c['anchor']}]" if c.get("anchor") else ""))
     a = p.get("anchor")
-    if a and not c.get("anchor"):
+    if a and not (c.get("anchor") and ref.get("kind") == "shipped"):
         state = "breaks " + ", ".join(a["broken"]) if a["broken"] else "does not fit" if not a["fits"] else "slower"
         print(f"  shipped   {a['plan']}\n            {row(a)}  [{a['anchor']}: {state}]")
+    if ref and ref.get("kind") != "shipped" and not c.get("anchor"):
+        print(f"  reference {ref['plan']}\n            {row(ref)}  [{tag}: {ref['anchor']}]")
+    if (p.get("decision") or {}).get("verdict"):
+        print(f"  decision  {p['decision']['verdict']}")
     for s in p.get("runners_up", []) + p.get("excluded", []):
         print(f"  lost      {s['plan']}\n            {row(s)}: {s['why_lost']}")
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-ep8-q30slice-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:41e0edb55f333176 input sha256:c06862264633ed24
+# mocompile: checksum sha256:d3e7b72a0fc87d21 input sha256:c06862264633ed24
 # bench-ep8-q30slice-auto: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
@@ -20,10 +20,10 @@ fi
 import os
 import sys
 
-REQUIRED_ENV = {'CUDA_DEVICE_MAX_CONNECTIONS': '32'}
+REQUIRED_ENV = {'CUDA_DEVICE_MAX_CONNECTIONS': '8'}
 TORCH_MIN = '2.6.0'
 TE_MIN = None
-DISPATCH_IMPORT = ('deep_ep', 'Buffer')
+DISPATCH_IMPORT = None
 NEEDS_NVCC = False
 NEEDS_APEX = False
 

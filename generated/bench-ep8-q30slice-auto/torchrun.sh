@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-ep8-q30slice-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:b5cb470c2d14ecfc input sha256:c06862264633ed24
+# mocompile: checksum sha256:4ccc8069614cf33c input sha256:c06862264633ed24
 # bench-ep8-q30slice-auto: torchrun launcher for 8 GPUs (1 node(s) x 8).
 # Run it on every node. Multi-node: set NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT.
 # MOCOMPILE_DRY_RUN=1 runs the preflight, prints the command and environment, and exits 0.
@@ -16,7 +16,7 @@ MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"
 MASTER_PORT="${MASTER_PORT:-29500}"
 
 # Environment (the same block in every launcher; reasons in mocompile.lock.json).
-export CUDA_DEVICE_MAX_CONNECTIONS=32
+export CUDA_DEVICE_MAX_CONNECTIONS=8
 export NCCL_NVLS_ENABLE=0
 export PYTHONUNBUFFERED=1
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-mid-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:a4fa29b43220a4c2 input sha256:ba308b22be8db5d4
+# mocompile: checksum sha256:0d382063932ba2fa input sha256:ba308b22be8db5d4
 # bench-mid-auto: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
@@ -20,10 +20,10 @@ fi
 import os
 import sys
 
-REQUIRED_ENV = {'CUDA_DEVICE_MAX_CONNECTIONS': '32'}
+REQUIRED_ENV = {'CUDA_DEVICE_MAX_CONNECTIONS': '8'}
 TORCH_MIN = '2.6.0'
 TE_MIN = None
-DISPATCH_IMPORT = ('deep_ep', 'Buffer')
+DISPATCH_IMPORT = None
 NEEDS_NVCC = False
 NEEDS_APEX = False
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/custom-moe-b200x8.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:4717e00e876e98b4 input sha256:6341e99c59d6e90e
+# mocompile: checksum sha256:1735a46c62ff7b03 input sha256:6341e99c59d6e90e
 # custom-moe-b200x8: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
@@ -24,7 +24,7 @@ import sys
 REQUIRED_ENV = {'CUDA_DEVICE_MAX_CONNECTIONS': '32'}
 TORCH_MIN = '2.6.0'
 TE_MIN = '1.7.0'
-DISPATCH_IMPORT = ('deep_ep', 'Buffer')
+DISPATCH_IMPORT = None
 NEEDS_NVCC = False
 NEEDS_APEX = True
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/tiny-moe-h100x2.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:b32d50231b27d542 input sha256:d060e1ca0c1bf7bb
+# mocompile: checksum sha256:10eeb034bd8d66f9 input sha256:d060e1ca0c1bf7bb
 # tiny-moe-h100x2: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
@@ -20,10 +20,10 @@ fi
 import os
 import sys
 
-REQUIRED_ENV = {'CUDA_DEVICE_MAX_CONNECTIONS': '32'}
+REQUIRED_ENV = {'CUDA_DEVICE_MAX_CONNECTIONS': '8'}
 TORCH_MIN = '2.6.0'
 TE_MIN = None
-DISPATCH_IMPORT = ('deep_ep', 'Buffer')
+DISPATCH_IMPORT = None
 NEEDS_NVCC = False
 NEEDS_APEX = False
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from mocompile import memory, steptime
 from mocompile.resolve.context import Context
-from mocompile.resolve.search import Scorer, search, settings, trust_margin, why_lost
+from mocompile.resolve.search import (Scorer, knob_distance, required_ratio, search, settings, trust_margin, verdict,
+                                      why_lost)
 
 # Intent path of each field the planner sets (pinned values keep their position).
 PATHS: dict[str, tuple[str, ...]] = {
@@ -41,14 +42,17 @@ def plan(ctx: Context) -> None:
     est = w.est
     head = (f"{GOAL_WHY[ctx.goal]}: {est.step_s:.2f} s/step, {est.tflops_per_gpu:.0f} TFLOPS/GPU, "
             f"{w.mem['total_gib']:.1f} GiB (of {res.scored} candidates scored)")
-    if w.anchor:
+    said = verdict(w, res.reference, res.best)
+    if said and res.reference is not None and res.reference.kind != "shipped":  # a shipped recipe is said below
+        head += f"; {said}"
+    if w.anchor and w.kind == "shipped":
         head += f"; the tuned recipe Bridge ships ({w.anchor})"
         if not steptime.covers(ctx.model):
             head += f" (the step-time model does not cost {ctx.model.get('attention')} attention: measured recipe kept)"
     elif res.anchor is not None:
         head += (f"; predicted {res.anchor.step - w.step:.2f} s/step faster than the shipped {res.anchor.anchor} "
                  f"({res.anchor.step:.2f} s, {why_lost(res.anchor, w) if res.anchor.broken or not res.anchor.fits else 'slower'})")
-    rejected = [(r.cand.label(), why_lost(r, w, res.anchor)) for r in res.runners_up + res.excluded]
+    rejected = [(r.cand.label(), why_lost(r, w, res.reference)) for r in res.runners_up + res.excluded]
     part = f"part of the chosen plan ({est.step_s:.2f} s/step; see tensor_model_parallel_size)"
     effects = res.effects
     values = settings(ctx, w.cand)
@@ -98,13 +102,20 @@ def plan(ctx: Context) -> None:
             ctx.set(name, value, "goal", part)
     ctx.set("step_time_estimate_s", round(w.step, 4), "derived", "mocompile step-time model (steptime.py)")
     margin = trust_margin(ctx.model)
+    ref = res.reference if res.reference is not None and res.reference.kind else None
     ctx.planner = {
         "goal": ctx.goal, "candidates_scored": res.scored, "trust_margin": None if margin == float("inf") else margin,
         "chosen": dict(w.summary(), terms_s={k: round(v, 3) for k, v in est.terms.items()}),
-        "runners_up": [dict(r.summary(), why_lost=why_lost(r, w, res.anchor)) for r in res.runners_up],
+        "runners_up": [dict(r.summary(), why_lost=why_lost(r, w, res.reference)) for r in res.runners_up],
         "excluded": [dict(r.summary(), why_lost=why_lost(r, w)) for r in res.excluded],
         "anchor": None if res.anchor is None else dict(res.anchor.summary(), broken=res.anchor.broken or [],
                                                          fits=res.anchor.fits),
+        "reference": None if ref is None else dict(ref.summary(), kind=ref.kind),
+        "best": None if res.best is None else res.best.summary(),
+        "decision": None if ref is None else {
+            "kind": ref.kind, "kept": w.cand == ref.cand, "distance": knob_distance(w.cand, ref.cand),
+            "required_ratio": round(required_ratio(margin, knob_distance(w.cand, ref.cand)), 4)
+            if margin != float("inf") else 0.0, "verdict": said},
         "model": "steptime " + steptime.__name__,
     }
     ctx.set("shipped_recipe", shipped, "derived",

@@ -44,8 +44,9 @@ class Scored:
     est: StepEstimate
     mem: dict[str, Any]
     fits: bool
-    anchor: str | None = None
+    anchor: str | None = None      # the label of the reference plan this is (resolve/reference.py), if one
     broken: list[str] | None = None
+    kind: str | None = None        # shipped | near | defaults: what that reference rests on
 
     @property
     def step(self) -> float:
@@ -505,23 +506,10 @@ def _stand_in(sc: "Scorer", cand: Candidate, frugal: tuple[str, bool, bool, str]
 
 
 def match_anchor(ctx: Context) -> dict[str, Any] | None:
-    """The shipped perf recipe for this model, GPU, precision and optimizer whose layout divides the GPU count."""
-    model_id, gpu, prec, world = ctx.model.get("id"), ctx["gpu"], ctx["precision"], ctx["world_size"]
-    optimizer = ctx["optimizer"]  # Muon anchors serve Muon intents only, Adam anchors Adam intents
-    found = []
-    for a in anchors():
-        if a["model"] != model_id or a["gpu"] != gpu or a["precision"] != prec or a["variant"]:
-            continue
-        if a.get("optimizer", "adam") != optimizer:  # tuned for another optimizer: not comparable
-            continue
-        if world % (a["tp"] * a["pp"] * a["cp"]) or world % (a["ep"] * a["etp"] * a["pp"]):
-            continue
-        found.append(a)
-    if not found:
-        return None
-    # Bridge's harness: the recipe for this GPU count, else the largest one below it (weak-scaled by DP).
-    below = [a for a in found if a["gpus"] <= world]
-    return max(below, key=lambda a: a["gpus"]) if below else min(found, key=lambda a: a["gpus"])
+    """The shipped perf recipe for this architecture (whatever the model is called), GPU, precision and
+    optimizer whose layout divides the GPU count (``reference.exact``)."""
+    from mocompile.resolve import reference
+    return reference.exact(ctx)
 
 
 def anchor_candidate(ctx: Context, a: dict[str, Any], pins: bool = True) -> Candidate:
@@ -572,10 +560,11 @@ def shipped_plans(ctx: Context) -> dict[tuple[Any, ...], list[tuple[str, str]]]:
     shipped (``runs_as_shipped``), by its other knobs (``KNOB_FIELDS`` but graphs): such a plan is measured
     to run, so its fit test allows the memory estimate's measured error over the GPU's memory
     (``memory.shipped_limit_gib``)."""
-    model_id, gpu, prec, opt = ctx.model.get("id"), ctx["gpu"], ctx["precision"], ctx["optimizer"]
+    from mocompile.resolve.reference import same_shape
+    gpu, prec, opt = ctx["gpu"], ctx["precision"], ctx["optimizer"]
     out: dict[tuple[Any, ...], list[tuple[str, str]]] = {}
     for a in anchors():
-        if a["model"] != model_id or a["gpu"] != gpu or a["precision"] != prec or a.get("optimizer", "adam") != opt:
+        if a["gpu"] != gpu or a["precision"] != prec or a.get("optimizer", "adam") != opt or not same_shape(ctx, a):
             continue
         if runs_as_shipped(ctx, a):
             cand = anchor_candidate(ctx, a, pins=False)
@@ -591,9 +580,11 @@ class SearchResult:
     winner: Scored
     runners_up: list[Scored]
     excluded: list[Scored]
-    anchor: Scored | None
+    anchor: Scored | None            # the shipped recipe for this architecture, GPU and precision, if one
     scored: int
     effects: dict[str, str] = field(default_factory=dict)  # predicted cost of flipping the winner's knobs
+    best: Scored | None = None       # the fastest legal plan the model found (before the reference decision)
+    reference: Scored | None = None  # the plan the winner was measured against (``kind``: what it rests on)
 
 
 SIMPLICITY = 0.002  # each extra feature must buy more than 0.2 % of predicted step time
@@ -643,14 +634,14 @@ def effects(ctx: Context, res_winner: Scored) -> dict[str, str]:
 
 def _to_json(s: Scored) -> dict[str, Any]:
     return {"cand": asdict(s.cand), "anchor": s.anchor, "est": asdict(s.est), "mem": s.mem, "fits": s.fits,
-            "broken": s.broken}
+            "broken": s.broken, "kind": s.kind}
 
 
 def _from_json(d: dict[str, Any]) -> Scored:
     c = dict(d["cand"])
     rc = c["recompute"]
     c["recompute"] = (rc[0], tuple(rc[1]) if rc[1] is not None else None, rc[2], rc[3])
-    return Scored(Candidate(**c), StepEstimate(**d["est"]), d["mem"], d["fits"], d["anchor"], d["broken"])
+    return Scored(Candidate(**c), StepEstimate(**d["est"]), d["mem"], d["fits"], d["anchor"], d["broken"], d.get("kind"))
 
 
 def search(ctx: Context) -> SearchResult:
@@ -661,7 +652,9 @@ def search(ctx: Context) -> SearchResult:
             return SearchResult(_from_json(cached["winner"]), [_from_json(d) for d in cached["runners_up"]],
                                 [_from_json(d) for d in cached["excluded"]],
                                 _from_json(cached["anchor"]) if cached["anchor"] else None,
-                                cached["scored"], dict(cached["effects"]))
+                                cached["scored"], dict(cached["effects"]),
+                                _from_json(cached["best"]) if cached.get("best") else None,
+                                _from_json(cached["reference"]) if cached.get("reference") else None)
         except (KeyError, TypeError, ValueError, IndexError):
             pass  # an unreadable entry: search again
     res = _search(ctx)
@@ -670,7 +663,9 @@ def search(ctx: Context) -> SearchResult:
     plancache.put(ctx.intent, {"winner": _to_json(res.winner), "runners_up": [_to_json(s) for s in res.runners_up],
                                "excluded": [_to_json(s) for s in res.excluded],
                                "anchor": _to_json(res.anchor) if res.anchor else None,
-                               "scored": res.scored, "effects": res.effects})
+                               "scored": res.scored, "effects": res.effects,
+                               "best": _to_json(res.best) if res.best else None,
+                               "reference": _to_json(res.reference) if res.reference else None})
     return res
 
 
@@ -743,14 +738,22 @@ def _search(ctx: Context) -> SearchResult:
             break
     if anchor_scored is not None:
         sc.check(anchor_scored)
+        anchor_scored.kind = "shipped"
     if not legal:  # nothing legal: the best-ranked one, so the rules can say why
         legal = ranked[:1]
-    winner = legal[0]
-    if ctx.goal == "throughput" and anchor_scored is not None and not anchor_scored.broken and anchor_scored.fits \
-            and winner is not anchor_scored:
-        winner = _beyond_margin(sc, ranked, anchor_scored, trust_margin(ctx.model)) or anchor_scored
+    winner = best = legal[0]
+    ref = anchor_scored
+    if ctx.goal == "throughput" and (ref is None or ref.broken or not ref.fits):
+        from mocompile.resolve.reference import fallback
+        ref = fallback(ctx, sc, first, rungs_by_ov) or ref
+        if ref is not None and ref.kind != "shipped" and ref.cand in pool:
+            ranked = [ref if s.cand == ref.cand else s for s in ranked]  # one object per plan: `s is ref` below
+    if ctx.goal == "throughput" and ref is not None and not ref.broken and ref.fits and winner.cand != ref.cand:
+        winner = _beyond_margin(sc, ranked, ref, trust_margin(ctx.model)) or ref
         legal = [winner] + [s for s in legal if s.cand.label() != winner.cand.label()]
-    return SearchResult(winner, legal[1:4], excluded, anchor_scored, sc.count)
+    elif ref is not None and winner.cand == ref.cand and winner is not ref:
+        winner = ref
+    return SearchResult(winner, legal[1:4], excluded, anchor_scored, sc.count, best=best, reference=ref)
 
 
 def _beyond_margin(sc: Scorer, ranked: list[Scored], anchor: Scored, margin: float) -> Scored | None:
@@ -826,12 +829,42 @@ def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None) -> str
         need = 1.0 - required_ratio(trust_margin(), d)
         gain = f"{1 - loser.step / anchor.step:.0%}"
         # by value, not identity: a verdict read back from the plan cache holds copies
-        shipped_won = winner.anchor is not None and winner.cand == anchor.cand
-        than = (f"{-slower:.2f} s ({gain}) faster than the shipped recipe" if shipped_won else
-                f"{-slower:.2f} s faster than the chosen plan and {gain} faster than the shipped recipe")
-        return (f"predicted {than}, which is measured: within the model's {need:.0%} error for a plan {d} "
+        ref_won = winner.anchor is not None and winner.cand == anchor.cand
+        what = KIND_PHRASE.get(anchor.kind or "shipped", "the reference plan")
+        than = (f"{-slower:.2f} s ({gain}) faster than {what}" if ref_won else
+                f"{-slower:.2f} s faster than the chosen plan and {gain} faster than {what}")
+        measured = ", which is measured" if (anchor.kind or "shipped") == "shipped" else ""
+        return (f"predicted {than}{measured}: within the model's {need:.0%} error for a plan {d} "
                 f"knob{'s' if d != 1 else ''} away from it")
     return f"predicted {slower:+.2f} s/step ({names.get(term, term)} {delta:+.2f} s)"
+
+
+KIND_PHRASE = {"shipped": "the shipped recipe", "near": "the nearest tuned recipe Bridge ships",
+               "defaults": "the documented defaults"}
+
+
+def verdict(winner: Scored, ref: Scored | None, best: Scored | None) -> str:
+    """Why the chosen plan is the reference or left it, with both predicted step times and the error band
+    (``required_ratio``) the gain had to clear; empty without a reference."""
+    if ref is None or ref.kind is None:
+        return ""
+    what = f"{KIND_PHRASE[ref.kind]} ({ref.anchor})"
+    if ref.broken or not ref.fits:
+        return f"{what} {why_lost(ref, winner)} here"
+    margin = trust_margin()
+    if winner.cand == ref.cand:
+        if best is None or best.cand == ref.cand or best.step >= ref.step:
+            return f"{what}: also the fastest plan found ({ref.step:.3f} s/step)"
+        d = knob_distance(best.cand, ref.cand)
+        need = 1.0 - required_ratio(margin, d)
+        return (f"kept {what} at {ref.step:.3f} s/step: the fastest plan found ({best.cand.label()}) is predicted "
+                f"{best.step:.3f} s/step, {1 - best.step / ref.step:.1%} faster, inside the model's {need:.0%} error "
+                f"for a plan {d} knob{'s' if d != 1 else ''} away")
+    d = knob_distance(winner.cand, ref.cand)
+    need = 1.0 - required_ratio(margin, d)
+    return (f"left {what} ({ref.cand.label()}, {ref.step:.3f} s/step): predicted {winner.step:.3f} s/step, "
+            f"{1 - winner.step / ref.step:.1%} faster, beyond the model's {need:.0%} error for a plan {d} "
+            f"knob{'s' if d != 1 else ''} away")
 
 
 __all__ = ["SearchResult", "Scored", "Scorer", "anchors", "knob_distance", "layouts_for", "match_anchor",

@@ -1,0 +1,227 @@
+"""The reference plan a throughput search must beat by more than the model's error.
+
+The step-time model cannot tell two plans apart within its own measured error, so the search does
+not simply take its fastest prediction: it compares it with a reference plan and leaves the
+reference only for a predicted gain beyond that error (``search.required_ratio``). The reference
+is, in order of the evidence behind it:
+
+1. ``shipped``: the perf recipe Bridge ships for the same architecture numbers, GPU, precision and
+   optimizer (whatever the model is called), scaled by data parallelism as Bridge's harness does;
+2. ``near``: the nearest shipped recipe otherwise (the same architecture at another GPU count,
+   precision or GPU, else the nearest architecture), moved onto the nearest legal layout here and
+   keeping its dispatcher, overlap, recompute and graph choices where this setting offers them;
+3. ``defaults``: Megatron-Bridge's documented defaults (its MoE performance guidance): the least
+   model parallelism that fits; alltoall while the EP group stays inside an NVLink domain, DeepEP
+   across nodes, HybridEP on multi-node NVLink (NVL72); EP overlap only when the exposed all-to-all
+   is a larger share of the step than the model's error; no delayed wgrad and no CUDA graphs; VPP
+   with PP; the lightest recompute that fits (selective before full); CP only when it is needed to fit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from typing import Any
+
+from mocompile.resolve.context import Context
+from mocompile.steptime import Candidate
+
+# Catalogue keys that describe where numbers came from or how Bridge names a model, not its architecture.
+_NOT_SHAPE = frozenset({"id", "display", "hf_id", "bridge", "sources", "unverified", "params_b", "active_params_b",
+                        "shared_expert_overlap_default"})
+# How far (sum of |log ratio| of total and active parameters, layers, width and experts) another architecture's
+# recipe may be and still serve as the reference: the nearest catalogue families lie 0.96 (DeepSeek-V3 /
+# Kimi-K2) to 2.0 apart; beyond that a tuned recipe says little about this setting and the defaults serve.
+NEAR_LIMIT = 2.0
+# Anchors withheld from every search (benchmarks/plan_quality.py: model-only and leave-one-family-out runs).
+WITHHELD: set[str] = set()
+
+
+def shape_key(model: dict[str, Any]) -> str:
+    """The architecture numbers a tuned recipe depends on, whatever the model is called: every catalogue
+    key but names and provenance. The dense FFN width counts only where dense layers exist."""
+    shape = {k: v for k, v in model.items() if k not in _NOT_SHAPE and v is not None}
+    if not shape.get("first_k_dense"):
+        shape.pop("ffn_hidden_size", None)
+    return json.dumps(shape, sort_keys=True, default=str)
+
+
+def _catalogue_shape(model_id: str) -> str | None:
+    from mocompile.catalogue import _defaults, models
+
+    spec = models().get(model_id)
+    return None if spec is None else shape_key(_defaults({"id": model_id, **spec}))
+
+
+def _usable(ctx: Context) -> list[dict[str, Any]]:
+    from mocompile.resolve.search import anchors
+
+    optimizer = ctx["optimizer"]  # Muon recipes serve Muon intents only, Adam recipes Adam intents
+    return [a for a in anchors() if not a["variant"] and a.get("optimizer", "adam") == optimizer
+            and a["recipe"] not in WITHHELD and _runs_on_its_own_count(a)]
+
+
+def _runs_on_its_own_count(a: dict[str, Any]) -> bool:
+    """A few shipped rows cannot run on their own GPU count (EP x PP above it): no evidence for anything."""
+    n = a["gpus"]
+    return not (n % (a["tp"] * a["pp"] * a["cp"]) or n % (a["ep"] * a["etp"] * a["pp"]))
+
+
+def _divides(ctx: Context, a: dict[str, Any]) -> bool:
+    world = ctx["world_size"]
+    return not (world % (a["tp"] * a["pp"] * a["cp"]) or world % (a["ep"] * a["etp"] * a["pp"]))
+
+
+def exact(ctx: Context) -> dict[str, Any] | None:
+    """The shipped recipe for this architecture, GPU, precision and optimizer whose layout divides the GPU
+    count: the one for this GPU count, else the largest below it (Bridge's harness weak-scales by DP)."""
+    shape = shape_key(ctx.model)
+    found = [a for a in _usable(ctx) if a["gpu"] == ctx["gpu"] and a["precision"] == ctx["precision"]
+             and _catalogue_shape(a["model"]) == shape and _divides(ctx, a)]
+    if not found:
+        return None
+    below = [a for a in found if a["gpus"] <= ctx["world_size"]]
+    return max(below, key=lambda a: a["gpus"]) if below else min(found, key=lambda a: a["gpus"])
+
+
+def same_shape(ctx: Context, a: dict[str, Any]) -> bool:
+    """Was recipe ``a`` tuned for this intent's architecture numbers?"""
+    return _catalogue_shape(a["model"]) == shape_key(ctx.model)
+
+
+def _size(model: dict[str, Any]) -> tuple[float, ...]:
+    from mocompile.memory import parameters
+
+    p = parameters(model)
+    total = sum(p.values())
+    active = total - p["experts"] * (1 - model["moe_router_topk"] / model["num_moe_experts"])
+    return (total, active, model["num_layers"], model["hidden_size"], model["num_moe_experts"])
+
+
+def _precision_class(p: str) -> str:
+    """Per-tensor and blockwise FP8 run BF16's kernels with scaled GEMMs; MXFP8 and NVFP4 are Blackwell's
+    block-scaled formats, tuned as a pair (graphs, overlap, fused MLP) in Bridge's recipes."""
+    return "block-scaled" if p in ("mxfp8", "nvfp4") else "bf16-like"
+
+
+def nearest(ctx: Context) -> dict[str, Any] | None:
+    """The nearest shipped recipe by (architecture, GPU, precision, GPU count), architecture first."""
+    from mocompile.catalogue import _defaults, gpus, models
+
+    shape, size = shape_key(ctx.model), _size(ctx.model)
+    gpu = ctx.hw
+    best, best_key = None, None
+    for a in _usable(ctx):
+        spec = models().get(a["model"])
+        if spec is None:
+            continue
+        other = _defaults({"id": a["model"], **spec})
+        arch = 0.0 if shape_key(other) == shape else sum(abs(math.log(x / y)) for x, y in zip(size, _size(other)))
+        if arch > NEAR_LIMIT:
+            continue
+        arch += shape_key(other) != shape  # any same-architecture recipe comes first
+        ahw = gpus().get(a["gpu"], {})
+        gpu_d = 0 if a["gpu"] == ctx["gpu"] else 1 if bool(ahw.get("mnnvl")) == bool(gpu.get("mnnvl")) else 2
+        prec_d = 0 if a["precision"] == ctx["precision"] else \
+            1 if _precision_class(a["precision"]) == _precision_class(ctx["precision"]) else 2
+        key = (round(arch, 6), gpu_d, prec_d, abs(math.log2(a["gpus"] / ctx["world_size"])), a["recipe"])
+        if best_key is None or key < best_key:
+            best, best_key = a, key
+    return best
+
+
+def moved(ctx: Context, a: dict[str, Any], layouts: list[Any]) -> Candidate:
+    """A recipe moved onto this setting: the legal layout nearest its own (log2 distance per size), its
+    dispatcher, overlap, delayed wgrad, recompute and graphs where this setting offers them."""
+    from mocompile.resolve.search import _dispatchers, _graph_options, anchor_candidate
+
+    cand = anchor_candidate(ctx, a)
+    sizes = ("tp", "pp", "vpp", "ep", "etp", "cp")
+
+    def far(lay: Any) -> tuple[float, ...]:
+        # among equally near layouts keep the model parallelism (what made the recipe fit) and give up
+        # expert parallelism first
+        return (sum(abs(math.log2(getattr(lay, k) / getattr(cand, k))) for k in sizes),
+                -lay.tp * lay.pp * lay.cp, *(getattr(lay, k) for k in sizes))
+
+    lay = min(layouts, key=far)
+    cand = replace(cand, **{k: getattr(lay, k) for k in sizes})
+    if cand.dispatcher not in _dispatchers(ctx):
+        cand = replace(cand, dispatcher=default_dispatcher(ctx, cand.ep * cand.etp))
+    if cand.graphs not in _graph_options(ctx):
+        cand = replace(cand, graphs=_graph_options(ctx)[0])
+    if cand.delay_wgrad and ctx["te_version"] is None:
+        cand = replace(cand, delay_wgrad=False)
+    return cand
+
+
+def fallback(ctx: Context, sc: Any, first: list[Any], rungs_by_ov: dict[bool, list[Any]]) -> Any:
+    """The scored reference where no shipped recipe matches (or it breaks a rule or does not fit here):
+    the nearest shipped recipe moved onto this setting, else the documented defaults. Legal and fitting,
+    or None."""
+    from mocompile.resolve.search import layouts_for
+
+    layouts = layouts_for(ctx, sc.world)
+    near = nearest(ctx)
+    if near is not None and layouts:
+        cand = moved(ctx, near, layouts)
+        s = _settle(sc, cand, rungs_by_ov, f"{near['recipe']}, moved to this setting", "near")
+        if s is not None:
+            return s
+    cand = defaults(ctx, sc, first)
+    if cand is None:
+        return None
+    return _settle(sc, cand, rungs_by_ov, "Megatron-Bridge MoE performance guidance", "defaults")
+
+
+def _settle(sc: Any, cand: Candidate, rungs_by_ov: dict[bool, list[Any]], label: str, kind: str) -> Any:
+    """Score ``cand`` at its lightest fitting recompute rung (its own rung when that fits); None when it
+    breaks a rule or does not fit."""
+    if sc.total_gib(cand) > sc.limit:
+        cand = sc.lightest_fitting(cand, rungs_by_ov[cand.overlap])
+    s = sc.score(cand, label)
+    s.kind = kind
+    if not s.fits or sc.check(s):
+        return None
+    return s
+
+
+def defaults(ctx: Context, sc: Any, first: list[Any]) -> Candidate | None:
+    """Bridge's documented defaults on the fitting layout with the least model parallelism (TP x PP x CP;
+    among equals, the one the model ranks first): the guidance's dispatcher for the EP group's span, no
+    delayed wgrad, no CUDA graphs, the lightest recompute that fits, and EP overlap only where the model
+    puts more of the step in exposed all-to-all than its own error."""
+    from mocompile.resolve.search import _bools, _graph_options, trust_margin
+
+    fitting = [s for s in first if s.fits]
+    if not fitting:
+        return None
+    lay = min(fitting, key=lambda s: s.cand.tp * s.cand.pp * s.cand.cp).cand  # ``first`` is ranked: ties keep rank
+    graphs = "none" if "none" in _graph_options(ctx) else _graph_options(ctx)[0]
+    cand = replace(lay, dispatcher=default_dispatcher(ctx, lay.ep * lay.etp), overlap=_bools(ctx, ("moe", "overlap"), [False])[0],
+                   delay_wgrad=_bools(ctx, ("moe", "delay_wgrad"), [False])[0], graphs=graphs, num_sms=None)
+    if not cand.overlap and True in _bools(ctx, ("moe", "overlap"), [False, True]) and lay.ep * lay.etp > 1:
+        est = sc.score(cand).est
+        if est.terms.get("a2a_exposed", 0.0) > trust_margin(ctx.model) * est.step_s:
+            cand = replace(cand, overlap=True)
+    return cand
+
+
+def default_dispatcher(ctx: Context, group: int) -> str:
+    """Bridge's MoE guidance: alltoall for small EP (inside one NVLink domain), HybridEP on multi-node
+    NVLink, DeepEP across nodes; whichever of those this setting offers, else the first it offers."""
+    from mocompile.resolve.search import _dispatchers
+
+    offered = _dispatchers(ctx)
+    if group <= 1 or group <= ctx["nvlink_domain"] and not ctx.hw.get("mnnvl"):
+        want = ["alltoall"]
+    elif ctx.hw.get("mnnvl"):
+        want = ["hybridep", "deepep", "alltoall"]
+    else:
+        want = ["deepep", "hybridep", "alltoall"]
+    return next((d for d in want if d in offered), offered[0])
+
+
+__all__ = ["NEAR_LIMIT", "WITHHELD", "default_dispatcher", "defaults", "exact", "fallback", "moved", "nearest",
+           "same_shape", "shape_key"]
