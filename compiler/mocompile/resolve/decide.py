@@ -115,7 +115,11 @@ def plan(ctx: Context) -> None:
         "decision": None if ref is None else {
             "kind": ref.kind, "kept": w.cand == ref.cand, "distance": knob_distance(w.cand, ref.cand),
             "required_ratio": round(required_ratio(margin, knob_distance(w.cand, ref.cand)), 4)
-            if margin != float("inf") else 0.0, "verdict": said},
+            if margin != float("inf") else 0.0, "verdict": said,
+            # the fastest plan found and the band it had to clear (it did, or the reference was kept)
+            "best_distance": None if res.best is None else knob_distance(res.best.cand, ref.cand),
+            "best_required_ratio": None if res.best is None or margin == float("inf") else
+            round(required_ratio(margin, knob_distance(res.best.cand, ref.cand)), 4)},
         "model": "steptime " + steptime.__name__,
     }
     ctx.set("shipped_recipe", shipped, "derived",

@@ -19,6 +19,7 @@ is, in order of the evidence behind it:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import replace
@@ -47,6 +48,7 @@ def shape_key(model: dict[str, Any]) -> str:
     return json.dumps(shape, sort_keys=True, default=str)
 
 
+@functools.lru_cache(maxsize=None)
 def _catalogue_shape(model_id: str) -> str | None:
     from mocompile.catalogue import _defaults, models
 

@@ -1,0 +1,148 @@
+"""The reference plan (compiler/mocompile/resolve/reference.py) and the decision against it.
+
+The step-time model cannot separate plans inside its own error, so a throughput plan must beat a
+reference plan by more than that error (``search.required_ratio`` for the knobs it changes) to be
+chosen: the shipped recipe for the architecture, else the nearest shipped recipe, else Bridge's
+documented defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from conftest import FIXTURES, ROOT, overrides
+from mocompile.catalogue import _defaults, models
+from mocompile.pipeline import analyse
+from mocompile.resolve import reference, search
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from anchor_intents import consistent, context_for, intent_text, shipped_rows  # noqa: E402
+
+ROWS = [a for a in shipped_rows() if consistent(a)]
+
+
+def _catalogue(model_id: str) -> dict:
+    return _defaults({"id": model_id, **models()[model_id]})
+
+
+def _planner(text: str, tmp_path, withheld: set[str]) -> dict:
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    saved = set(reference.WITHHELD)
+    reference.WITHHELD.update(withheld)
+    try:
+        return analyse(str(path)).plan.planner
+    finally:
+        reference.WITHHELD.clear()
+        reference.WITHHELD.update(saved)
+
+
+# --- the decision ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["shipped", "setting withheld", "none"])
+def test_no_plan_is_chosen_over_its_reference_for_a_gain_inside_the_error_band(tmp_path, mode):
+    """Every shipped recipe's intent, three ways: with the recipes, without the setting's own, without any."""
+    every = {a["recipe"] for a in search.anchors()}
+    checked = kept = 0
+    for a in ROWS:
+        hide = set() if mode == "shipped" else every if mode == "none" else {
+            b["recipe"] for b in search.anchors() if (b["model"], b["gpu"], b["precision"]) == (a["model"], a["gpu"], a["precision"])}
+        p = _planner(intent_text(a, optimizer=True), tmp_path, hide)
+        d, ref, chosen, best = p["decision"], p["reference"], p["chosen"], p["best"]
+        if d is None:
+            continue
+        checked += 1
+        if d["kept"]:
+            kept += 1
+            assert chosen["plan"] == ref["plan"], a["recipe"]
+            # the fastest plan found did not clear the band for its own distance (times are rounded to 1 ms)
+            if p["trust_margin"] is None:  # the model does not cost this architecture: the reference always stays
+                assert d["best_required_ratio"] is None
+                continue
+            assert best["step_time_s"] >= ref["step_time_s"] * d["best_required_ratio"] - 0.002, (a["recipe"], d)
+        else:
+            assert chosen["step_time_s"] < ref["step_time_s"] * d["required_ratio"] * 1.001, (a["recipe"], d)
+            assert "beyond the model's" in d["verdict"]
+    assert checked >= 80 and kept > 0
+
+
+# --- matching by architecture ----------------------------------------------------------------------
+
+def test_the_shape_key_ignores_names_and_provenance_and_an_unused_dense_width():
+    q = _catalogue("qwen3-30b-a3b")
+    assert reference.shape_key(q) == reference.shape_key(dict(q, id="x", display="y", hf_id=None, bridge=None,
+                                                               sources=[], params_b=1))
+    assert reference.shape_key(q) == reference.shape_key(dict(q, ffn_hidden_size=1))  # no dense layer uses it
+    assert reference.shape_key(q) != reference.shape_key(dict(q, num_layers=47))
+    dsv3 = _catalogue("deepseek-v3")  # three dense layers: their width is architecture
+    assert dsv3["first_k_dense"] > 0
+    assert reference.shape_key(dsv3) != reference.shape_key(dict(dsv3, ffn_hidden_size=dsv3["ffn_hidden_size"] + 1))
+
+
+def test_a_recipe_that_cannot_run_on_its_own_gpu_count_is_no_reference():
+    broken = [a for a in search.anchors() if not consistent(a)]
+    assert broken
+    assert not any(reference._runs_on_its_own_count(a) for a in broken)
+    assert all(reference._runs_on_its_own_count(a) for a in ROWS)
+
+
+def test_the_nearest_recipe_prefers_the_same_architecture_then_gpu_then_precision_then_scale(tmp_path):
+    a = next(r for r in ROWS if r["recipe"] == "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config")
+    ctx = context_for(intent_text(a))
+    assert reference.nearest(ctx)["recipe"] == a["recipe"]  # nothing withheld: itself
+    reference.WITHHELD.add(a["recipe"])
+    try:
+        near = reference.nearest(ctx)
+    finally:
+        reference.WITHHELD.discard(a["recipe"])
+    assert near["model"] == "qwen3-30b-a3b" and near["gpu"] == "h100"
+    # same GPU first: a same-architecture H100 recipe at another precision or scale beats any B200 one
+    assert (near["precision"], near["gpus"]) != (a["precision"], a["gpus"])
+
+
+def test_an_architecture_beyond_the_near_limit_is_never_a_reference():
+    """The tiny test model is about e^10 smaller than anything Bridge tuned: the defaults serve."""
+    r = analyse(str(ROOT / "recipes" / "tiny-moe-h100x2.yaml"))
+    assert r.plan.planner["reference"]["kind"] == "defaults"
+    size = reference._size(_catalogue("tiny-moe"))
+    import math
+    gaps = [sum(abs(math.log(x / y)) for x, y in zip(size, reference._size(_catalogue(m)))) for m in models()
+            if m != "tiny-moe"]
+    assert min(gaps) > reference.NEAR_LIMIT
+
+
+def test_moving_a_recipe_to_fewer_gpus_keeps_its_model_parallelism_and_gives_up_expert_parallelism():
+    """Qwen3-235B's 256-GPU GB200 FP8 recipe (PP 8, EP 32) on 64 GPUs: PP 8 x EP 8 and PP 2 x EP 32 are
+    equally far in log2 steps; the pipeline is what makes the recipe fit, so PP 8 stays."""
+    a = next(r for r in ROWS if r["recipe"] == "qwen3_235b_a22b_pretrain_256gpu_gb200_fp8cs_config")
+    ctx = context_for(intent_text(dict(a, gpus=64, gbs=a["gbs"] // 4)))
+    cand = reference.moved(ctx, a, search.layouts_for(ctx, 64))
+    assert (cand.tp, cand.pp, cand.ep) == (1, 8, 8)
+
+
+# --- the documented defaults -----------------------------------------------------------------------
+
+def _ctx(gpu: str, gpn: int, extra: str = ""):
+    return context_for(f"schema: 1\nname: r\nmodel: qwen3-30b-a3b\nhardware: {{gpu: {gpu}, nodes: 8, gpus_per_node: {gpn}}}\n"
+                       f"goal: throughput\n{extra}")
+
+
+@pytest.mark.parametrize("gpu,gpn,group,want", [
+    ("h100", 8, 1, "alltoall"),    # no expert parallelism
+    ("h100", 8, 8, "alltoall"),    # the EP group fills the NVLink domain, no more
+    ("h100", 8, 16, "deepep"),     # one node beyond: across nodes
+    ("h100", 4, 8, "deepep"),      # a 4-GPU node: EP 8 spans two
+    ("b200", 8, 16, "deepep"),
+    ("gb200", 4, 16, "hybridep"),  # multi-node NVLink (NVL72)
+    ("gb200", 4, 2, "hybridep"),
+])
+def test_the_default_dispatcher_follows_bridges_guidance(gpu, gpn, group, want):
+    assert reference.default_dispatcher(_ctx(gpu, gpn), group) == want
+
+
+def test_a_pinned_dispatcher_is_the_only_default_offered():
+    assert reference.default_dispatcher(_ctx("h100", 8, "moe: {dispatcher: alltoall}\n"), 64) == "alltoall"
+    assert reference.default_dispatcher(_ctx("h100", 8, "moe: {dispatcher: deepep}\n"), 2) == "deepep"
