@@ -93,6 +93,10 @@ def _scalar(node: Node) -> Any:
     constructor = _constructor()
     try:
         value = constructor.construct_object(node, deep=True)
+    except (ValueError, KeyError, TypeError, OverflowError) as exc:
+        # an explicit tag the text does not satisfy (`!!int abc`, `!!bool maybe`): positioned at the value
+        raise ConstructorError(None, None, f"{node.value!r} is not a valid {node.tag.rsplit(':', 1)[-1]} "
+                               f"({type(exc).__name__}: {exc})", node.start_mark) from None
     finally:
         constructor.constructed_objects.pop(node, None)
     if isinstance(value, bool) or value is None or isinstance(value, (int, float)):
