@@ -54,6 +54,7 @@ class Document:
     positions: dict[Path, Position]
     files: list[str]  # every file read, base files first (for the lock hash)
     text: dict[str, str] = field(default_factory=dict)
+    cluster: dict[str, Any] | None = None  # the cluster profile hardware.cluster names (mocompile.cluster)
 
     def position(self, path: Path) -> Position:
         """Position of ``path``, or of its nearest ancestor that has one."""

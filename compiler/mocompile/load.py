@@ -304,4 +304,7 @@ def load(path: str, sets: list[str] | None = None, unsets: list[str] | None = No
         stem = os.path.splitext(os.path.basename(path))[0]
         doc.data["name"] = stem
         doc.positions[("name",)] = Position(path, 1, 1)
-    return apply_overrides(doc, sets or [], unsets or [])
+    doc = apply_overrides(doc, sets or [], unsets or [])
+    from mocompile import cluster
+    cluster.read(doc)
+    return doc

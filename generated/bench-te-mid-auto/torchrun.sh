@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:6b4de0e0d6f28b71 input sha256:d7d9ea441e863404
+# mocompile: checksum sha256:6b4de0e0d6f28b71 input sha256:e94c41cebc154255
 # bench-te-mid-auto: torchrun launcher for 4 GPUs (1 node(s) x 4).
 # Run it on every node. Multi-node: set NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT.
 # MOCOMPILE_DRY_RUN=1 runs the preflight, prints the command and environment, and exits 0.

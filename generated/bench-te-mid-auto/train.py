@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:9c3729c9c61a131a input sha256:d7d9ea441e863404
+# mocompile: checksum sha256:4d4d760a3e894856 input sha256:e94c41cebc154255
 """bench-te-mid-auto: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -115,16 +115,16 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 2048  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.33 s/step, 163 TFLOPS/GPU, 34.5 GiB (of 301 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.334 s/step: the fastest plan found (TP1 PP1 EP4, deepep, overlap off, recompute none, graphs te_rp) is predicted 0.312 s/step, 6.6% faster, inside the model's 22% error for a plan 2 knobs away
-    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.33 s/step; see tensor_model_parallel_size)
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.33 s/step; see tensor_model_parallel_size)
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.65 s/step, 84 TFLOPS/GPU, 34.5 GiB (of 301 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.646 s/step: the fastest plan found (TP1 PP1 EP4, deepep, overlap off, recompute none, graphs te_rp) is predicted 0.606 s/step, 6.2% faster, inside the model's 22% error for a plan 2 knobs away
+    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.65 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.65 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
-    model.context_parallel_size = 1  # goal: part of the chosen plan (0.33 s/step; see tensor_model_parallel_size)
-    model.expert_model_parallel_size = 4  # goal: part of the chosen plan (0.33 s/step; see tensor_model_parallel_size)
-    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.33 s/step; see tensor_model_parallel_size)
-    model.sequence_parallel = False  # goal: part of the chosen plan (0.33 s/step; see tensor_model_parallel_size)
-    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (0.33 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -0.02 s; hybridep -0.02 s
-    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (0.33 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -0.02 s; hybridep -0.02 s
+    model.context_parallel_size = 1  # goal: part of the chosen plan (0.65 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 4  # goal: part of the chosen plan (0.65 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.65 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (0.65 s/step; see tensor_model_parallel_size)
+    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (0.65 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -0.00 s; hybridep -0.00 s
+    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (0.65 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -0.00 s; hybridep -0.00 s
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = True  # user: pinned in the recipe
@@ -133,8 +133,8 @@ def build_config() -> ConfigContainer:
     model.recompute_method = None  # goal: lightest recompute that fits: 34.5 GiB <= 74 GiB usable
     model.recompute_num_layers = None  # goal: lightest recompute that fits: 34.5 GiB <= 74 GiB usable
     model.recompute_modules = None  # goal: lightest recompute that fits: 34.5 GiB <= 74 GiB usable
-    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (0.33 s/step; see tensor_model_parallel_size)
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.33 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (0.65 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.65 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (tiny-moe+custom)
     model.apply_rope_fusion = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: fused RoPE (TE >= 1.4)
@@ -150,8 +150,8 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.33 s/step; see tensor_model_parallel_size); overlap on: +0.00 s
-        delay_wgrad_compute=False,  # goal: part of the chosen plan (0.33 s/step; see tensor_model_parallel_size)
+        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.65 s/step; see tensor_model_parallel_size); overlap on: +0.05 s
+        delay_wgrad_compute=False,  # goal: part of the chosen plan (0.65 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=False,  # derived: no interleaved pipeline
         batch_p2p_comm=False,  # derived: not needed
         overlap_grad_reduce=True,  # derived: overlap the DP gradient reduce-scatter

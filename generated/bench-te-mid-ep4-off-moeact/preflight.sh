@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-off-moeact.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:e3f6db1ee5a5291f input sha256:da27cc2221909c73
+# mocompile: checksum sha256:e3f6db1ee5a5291f input sha256:d12cb254db7e0bed
 # bench-te-mid-ep4-off-moeact: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-off-moeact.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:479907c98b9d9a07 input sha256:da27cc2221909c73
+# mocompile: checksum sha256:479907c98b9d9a07 input sha256:d12cb254db7e0bed
 # bench-te-mid-ep4-off-moeact: torchrun launcher for 4 GPUs (1 node(s) x 4).
 # Run it on every node. Multi-node: set NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT.
 # MOCOMPILE_DRY_RUN=1 runs the preflight, prints the command and environment, and exits 0.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:88afcaf02a36910a input sha256:e34f203942ef839a
+# mocompile: checksum sha256:88afcaf02a36910a input sha256:a1e7e460dd29ba18
 # bench-te-mid-ep4-off: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan

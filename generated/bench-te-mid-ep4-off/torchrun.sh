@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:20d0d493f7c63523 input sha256:e34f203942ef839a
+# mocompile: checksum sha256:20d0d493f7c63523 input sha256:a1e7e460dd29ba18
 # bench-te-mid-ep4-off: torchrun launcher for 4 GPUs (1 node(s) x 4).
 # Run it on every node. Multi-node: set NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT.
 # MOCOMPILE_DRY_RUN=1 runs the preflight, prints the command and environment, and exits 0.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-on-graphs.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:103c2edd91b81f0d input sha256:c18e6b9c0b4d664d
+# mocompile: checksum sha256:103c2edd91b81f0d input sha256:8984e6a9a9dd638c
 # bench-te-mid-ep4-on-graphs: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-on-wgrad.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:a2fd58693cd6e0df input sha256:90f9c9570f46bef4
+# mocompile: checksum sha256:a2fd58693cd6e0df input sha256:750694ec5ef8bfa7
 # bench-te-mid-ep4-on-wgrad: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan

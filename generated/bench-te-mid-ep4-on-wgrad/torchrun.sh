@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-on-wgrad.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:71c2c203000926ee input sha256:90f9c9570f46bef4
+# mocompile: checksum sha256:71c2c203000926ee input sha256:750694ec5ef8bfa7
 # bench-te-mid-ep4-on-wgrad: torchrun launcher for 4 GPUs (1 node(s) x 4).
 # Run it on every node. Multi-node: set NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT.
 # MOCOMPILE_DRY_RUN=1 runs the preflight, prints the command and environment, and exits 0.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-on.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:014606abbae1e92b input sha256:fa7528320695fe31
+# mocompile: checksum sha256:014606abbae1e92b input sha256:08293157d7b56826
 # bench-te-mid-ep4-on: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-on.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:13d1d21474dc3b8b input sha256:fa7528320695fe31
+# mocompile: checksum sha256:13d1d21474dc3b8b input sha256:08293157d7b56826
 # bench-te-mid-ep4-on: torchrun launcher for 4 GPUs (1 node(s) x 4).
 # Run it on every node. Multi-node: set NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT.
 # MOCOMPILE_DRY_RUN=1 runs the preflight, prints the command and environment, and exits 0.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from mocompile import cluster
 from mocompile.catalogue import resolve_hardware, resolve_model
 from mocompile.ir import Document, Plan
 from mocompile.resolve import decide, derived, parallelism, tuning
@@ -26,7 +27,7 @@ PASSES: tuple[Callable[[Context], None], ...] = (
 
 
 def resolve(intent: dict[str, Any], doc: Document) -> Plan:
-    ctx = Context(intent, doc, resolve_model(intent, doc), resolve_hardware(intent))
+    ctx = Context(intent, doc, resolve_model(intent, doc), cluster.apply(resolve_hardware(intent), doc))
     for step in PASSES:
         step(ctx)
     return ctx.plan()
@@ -34,7 +35,7 @@ def resolve(intent: dict[str, Any], doc: Document) -> Plan:
 
 def context(intent: dict[str, Any], doc: Document) -> Context:
     """A context with the facts set (model, hardware, stack, batch): what the planner starts from."""
-    ctx = Context(intent, doc, resolve_model(intent, doc), resolve_hardware(intent))
+    ctx = Context(intent, doc, resolve_model(intent, doc), cluster.apply(resolve_hardware(intent), doc))
     for step in PASSES[:PASSES.index(decide.plan)]:
         step(ctx)
     return ctx

@@ -1,0 +1,92 @@
+"""Cluster profiles: what the step-time model needs to know about the user's own nodes.
+
+The model's constants are calibrated on the DGX-class nodes of NVIDIA's published runs. Another
+cluster can launch kernels several times slower (the project's lent 4x H100 VMs: 5.2x; the GPU then
+waits for the host 50-60 % of a step), so its absolute step times, and which plans are host-bound,
+differ. A profile is a small committed YAML file an intent names with ``hardware.cluster`` (a path
+relative to the file that names it, inside the project)::
+
+    schema: 1
+    name: lent-h100x4
+    host_factor: 5.18        # host (CPU launch) time relative to a DGX node
+    source: "how it was measured"
+
+Absent a profile, the DGX defaults apply (``host_factor`` 1). The lock records the profile's path,
+its hash and the values the plan used. A profile is read like a recipe: untrusted, size- and
+depth-limited, every problem positioned in the profile file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any
+
+from mocompile.errors import InputError
+from mocompile.ir import Diagnostic, Document, Position
+
+KEYS = {"schema": "format version (1)", "name": "a name for the cluster",
+        "host_factor": "host (CPU launch) time relative to a DGX node, 0.1-100",
+        "source": "how the values were measured", "measured": "measured step times of plans run there (kept for tuning)"}
+HOST_FACTOR = (0.1, 100.0)
+
+
+def _error(message: str, pos: Position, hint: str = "") -> InputError:
+    return InputError([Diagnostic("INPUT", "error", message, pos, hint)])
+
+
+def read(doc: Document) -> None:
+    """Load the profile ``hardware.cluster`` names into ``doc.cluster`` (and its text into the hash inputs)."""
+    from mocompile.load import parse_text, project_root, read_text
+
+    hw = doc.data.get("hardware")
+    path = hw.get("cluster") if isinstance(hw, dict) else None
+    if path is None:
+        return
+    pos = doc.positions.get(("hardware", "cluster"), doc.position(("hardware",)))
+    if not isinstance(path, str) or not path or any(ord(c) < 32 for c in path):
+        raise _error("`hardware.cluster` must be a file path", pos, "e.g. clusters/my-cluster.yaml")
+    named_by = pos.file if pos.file and os.path.exists(pos.file) else doc.files[-1]
+    full = os.path.normpath(os.path.join(os.path.dirname(named_by), path))
+    root = project_root(doc.files[-1])
+    if os.path.commonpath([root, os.path.realpath(full)]) != root:
+        raise _error(f"`hardware.cluster: {path}` resolves to {os.path.realpath(full)}, outside the project root "
+                     f"{root}", pos, "keep cluster profiles in the project (e.g. clusters/)")
+    if not os.path.isfile(full):
+        raise _error(f"`hardware.cluster` names a missing file: {path}", pos,
+                     "paths are relative to the recipe that names the profile")
+    text = read_text(full, pos)
+    data, positions = parse_text(text, full)
+    problems = []
+    for key in data:
+        if key not in KEYS:
+            problems.append(Diagnostic("INPUT", "error", f"unknown key `{key}` in a cluster profile",
+                                       positions[(key,)], "known keys: " + ", ".join(KEYS)))
+    if data.get("schema") != 1:
+        problems.append(Diagnostic("INPUT", "error", "a cluster profile needs `schema: 1`",
+                                   positions.get(("schema",), Position(full, 1, 1))))
+    factor = data.get("host_factor", 1.0)
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or \
+            not HOST_FACTOR[0] <= factor <= HOST_FACTOR[1]:
+        problems.append(Diagnostic("INPUT", "error", f"`host_factor` must be a number from {HOST_FACTOR[0]} to "
+                                   f"{HOST_FACTOR[1]:.0f} (got {factor!r})",
+                                   positions.get(("host_factor",), Position(full, 1, 1)),
+                                   "host (CPU launch) time relative to a DGX node: 1 is DGX-class"))
+    for key in ("name", "source"):
+        if key in data and not isinstance(data[key], str):
+            problems.append(Diagnostic("INPUT", "error", f"`{key}` must be text", positions[(key,)]))
+    if problems:
+        raise InputError(problems)
+    doc.text[full] = text
+    doc.files.insert(0, full)  # hashed like a base file: a changed profile makes generated files stale
+    doc.cluster = {"path": path, "file": full, "sha256": hashlib.sha256(text.encode()).hexdigest()[:16],
+                   "name": data.get("name"), "source": data.get("source"), "host_factor": float(factor)}
+
+
+def apply(hw: dict[str, Any], doc: Document) -> dict[str, Any]:
+    """The hardware description with the profile's values laid over the DGX defaults."""
+    profile = getattr(doc, "cluster", None)
+    if profile:
+        hw["host_factor"] = profile["host_factor"]
+        hw["cluster"] = {k: profile[k] for k in ("path", "sha256", "name", "source", "host_factor")}
+    return hw
