@@ -252,3 +252,19 @@ def test_loading_many_recipes_in_one_process_keeps_memory_flat():
     finally:
         tracemalloc.stop()
     assert grown < 512 * 1024, f"{grown / 1e6:.1f} MB kept by 300 loads"
+
+
+def test_an_alias_counts_every_value_of_the_node_it_names_exactly():
+    """`&x [1, 2, 3]` is four values (the list and its items): each `*x` adds four. The document below
+    holds 8 + 4k values, so k = 4998 aliases reach the 20,000 limit exactly and one more passes it."""
+    from mocompile.errors import InputError
+    from mocompile.load import parse_text
+
+    def doc(k: int) -> str:
+        return "a: &x [1, 2, 3]\nb: [" + ", ".join(["*x"] * k) + "]\n"
+
+    assert 8 + 4 * 4998 == 20_000
+    parse_text(doc(4998), "r.yaml")
+    with pytest.raises(InputError) as exc:
+        parse_text(doc(4999), "r.yaml")
+    assert exc.value.diagnostics[0].rule == "LIM004"

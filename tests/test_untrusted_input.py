@@ -219,3 +219,17 @@ def test_every_committed_generated_python_file_compiles_from_its_bytes():
     assert files
     for path in files:
         render.verify_python(str(path), path.read_bytes().decode("utf-8"))
+
+
+@pytest.mark.parametrize("value", ["\r", "a\rb", "a\r\nb"])
+def test_a_carriage_return_in_a_value_round_trips_and_check_calls_the_files_current(tmp_path, value):
+    """Found by the injection fuzzer: the files were read back with universal newlines, so a CR in an
+    environment value read as LF and `check` called freshly compiled files hand-edited."""
+    import json as _json
+    _project(tmp_path)
+    (tmp_path / "recipes" / "r.yaml").write_text(RECIPE + f"launch: {{env: {{MY_VAR: {_json.dumps(value)}}}}}\n")
+    assert run_cli("compile", "recipes/r.yaml", cwd=tmp_path).returncode == 0
+    check = run_cli("check", "recipes/r.yaml", cwd=tmp_path)
+    assert check.returncode == 0, check.stdout
+    again = run_cli("compile", "recipes/r.yaml", cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr  # not refused as a hand edit

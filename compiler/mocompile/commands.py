@@ -170,7 +170,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"{visible(r['file'] or r['recipe'])}: {r['status']}: {visible(r['detail'])}")
             if args.diff and r["status"] == "stale" and os.path.exists(r["file"]):
                 import difflib
-                with open(r["file"], encoding="utf-8") as fh:
+                with open(r["file"], encoding="utf-8", newline="") as fh:
                     current = fh.read().splitlines(keepends=True)
                 sys.stdout.writelines(difflib.unified_diff(current, r["fresh"].splitlines(keepends=True),
                                                            f"current {r['file']}", f"changed {r['file']}"))

@@ -73,7 +73,7 @@ def compare(path: str, fresh: str) -> tuple[str, str]:
     """Status of ``path`` against a fresh compile: current, missing, edited, stale."""
     if not os.path.exists(path):
         return "missing", "not generated yet"
-    with open(path, encoding="utf-8", errors="replace") as fh:
+    with open(path, encoding="utf-8", errors="replace", newline="") as fh:  # byte-exact: no CR translation
         text = fh.read()
     if text == fresh:
         return "current", ""

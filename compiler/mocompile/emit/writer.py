@@ -36,7 +36,7 @@ def _hand_edited(directory: str) -> list[str]:
     for name in sorted(os.listdir(directory)):
         path = os.path.join(directory, name)
         if os.path.isfile(path):
-            with open(path, encoding="utf-8", errors="replace") as fh:
+            with open(path, encoding="utf-8", errors="replace", newline="") as fh:  # byte-exact: no CR translation
                 if verify(fh.read()) is not True:
                     edited.append(path)
     return edited
@@ -47,7 +47,7 @@ def _current(directory: str) -> dict[str, str]:
     for name in os.listdir(directory):
         path = os.path.join(directory, name)
         if os.path.isfile(path):
-            with open(path, encoding="utf-8", errors="replace") as fh:
+            with open(path, encoding="utf-8", errors="replace", newline="") as fh:  # byte-exact: no CR translation
                 out[name] = fh.read()
     return out
 
