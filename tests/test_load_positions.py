@@ -77,3 +77,25 @@ def test_a_set_creates_missing_parents_each_positioned_on_the_command_line(tmp_p
     for p in (("launch",), ("launch", "slurm"), ("launch", "slurm", "partition")):
         assert doc.positions[p] == Position(CLI), p
     assert ("launch", "slurm", "partition", "x") not in doc.positions
+
+
+@pytest.mark.parametrize("value", ["yes", "on", "Auto", "aardvark", "zzz"])  # above and below "auto", in sort order
+def test_a_tri_state_knob_takes_only_true_false_or_the_word_auto(tmp_path, value):
+    from mocompile.schema import validate
+
+    path = tmp_path / "r.yaml"
+    path.write_text(BASE + f"moe: {{overlap: {value!r}}}\n".replace("'", '"'))
+    with pytest.raises(InputError) as exc:
+        validate(load(str(path)))
+    assert any("moe.overlap" in d.message for d in exc.value.diagnostics)
+
+
+def test_a_list_with_one_unknown_value_names_that_value_not_the_first(tmp_path):
+    from mocompile.schema import validate
+
+    path = tmp_path / "r.yaml"
+    path.write_text(BASE + "launch: {targets: [torchrun, kubernetis]}\n")
+    with pytest.raises(InputError) as exc:
+        validate(load(str(path)))
+    (d,) = exc.value.diagnostics
+    assert "unknown value 'kubernetis'" in d.message and "kubernetes" in d.hint
