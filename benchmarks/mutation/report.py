@@ -50,6 +50,8 @@ def main() -> int:
     parser.add_argument("--notes", help="a Markdown file appended as the report's last section")
     parser.add_argument("--planner", action="store_true",
                         help="the planner run (run_planner.sh): its scope, tests and sample in the header")
+    parser.add_argument("--modules", action="store_true",
+                        help="the input and emission run (run_modules.sh): its scope and tests in the header")
     parser.add_argument("sessions", nargs="+")
     args = parser.parse_args()
     known = reasons()
@@ -70,7 +72,17 @@ def main() -> int:
                 if test == "SURVIVED":
                     before, after = _changed(diff or "")
                     survivors.append((module, row, col, op, before, after))
-    if args.planner:
+    if args.modules:
+        head = [f"cosmic-ray 8.7.0 over the loader, input limits, schema, model catalogue and emission at commit "
+                f"`{args.commit}` (`benchmarks/mutation/run_modules.sh`), a fixed random sample per module (seed 13). "
+                "Each session runs on a copy of the tree WITHOUT `generated/`: a test that compares with committed "
+                "output fails on the unmutated copy and is deselected for every mutant, so no kill here is a "
+                "golden-file kill. Tests per mutant: the input tests (`test_untrusted_input`, `test_inputs`, "
+                "`test_limits`, `test_runaway_values`, `test_rules`, `test_training_io`; `test_editor_schema` too for "
+                "`schema.py`, `test_resolve` for `catalogue.py`) or the emission tests (`test_untrusted_input`, "
+                "`test_emit`, `test_kubernetes`, `test_training_io`, `test_cli`, `test_hostile_values`, "
+                "`test_writes`). Score = killed / (killed + survived)."]
+    elif args.planner:
         head = [f"cosmic-ray 8.7.0 over the planner at commit `{args.commit}` (`benchmarks/mutation/run_planner.sh`). "
                 "Tests run per mutant: `tests/test_steptime.py` for `steptime.py`; `tests/test_resolve.py`, "
                 "`tests/test_steptime.py` and `tests/test_plancache.py` for `resolve/search.py` and "

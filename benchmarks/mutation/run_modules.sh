@@ -74,6 +74,6 @@ EOF
 for m in $MODULES; do session "$m"; done
 sessions=()
 for m in $MODULES; do sessions+=("$SCRATCH/$m/session.sqlite"); done
-"$PY" "$ROOT/benchmarks/mutation/report.py" --planner --commit "$(git -C "$ROOT" rev-parse --short HEAD)" \
+"$PY" "$ROOT/benchmarks/mutation/report.py" --modules --commit "$(git -C "$ROOT" rev-parse --short HEAD)" \
   "${sessions[@]}" > "$SCRATCH/report_modules.md"
 echo "wrote $SCRATCH/report_modules.md"
