@@ -16,7 +16,7 @@ from mocompile.textsafe import terminal
 if TYPE_CHECKING:
     import argparse
 
-VERBS = ("compile", "lint", "check", "explain", "schema", "rules", "models", "init")
+VERBS = ("compile", "lint", "check", "explain", "schema", "rules", "models", "init", "diagnose")
 
 
 def _parser(**kwargs: Any) -> argparse.ArgumentParser:
@@ -87,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, default=None, help="weak-scale to this many GPUs (DP and global batch grow)")
     p.add_argument("-o", "--output", default=None, help="write the intent here (default: stdout); never overwrites")
     p.add_argument("--list", action="store_true", help="list the recipes mocompile knows")
+    p = sub.add_parser("diagnose", help="a run's step breakdown, its dominant wall, and the changes the model ranks")
+    p.add_argument("runs", nargs="+", help="the run's output folder(s) or files: metrics *.jsonl, profiler traces, "
+                                           "mocompile.lock.json")
+    p.add_argument("--lock", default=None, help="the run's mocompile.lock.json (default: found in RUN)")
+    p.add_argument("--recipe", default=None, help="the intent to re-plan with each change (default: the lock's source)")
+    _overrides(p)
+    _common(p, ("auto", "text", "json"))
     return parser
 
 

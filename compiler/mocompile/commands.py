@@ -349,3 +349,16 @@ def cmd_models(args: argparse.Namespace) -> int:
     for gid, g in sorted(gpus().items()):
         print(f"{gid:<8} {g['display']:<28} {g['memory_gib']:>4} GiB  NVLink domain {g['nvlink_domain']}")
     return EXIT_CLEAN
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    """Read a run, name its dominant wall, rank the guidance's changes by predicted gain (mocompile.diagnose)."""
+    from mocompile import diagnose
+    try:
+        report = diagnose.diagnose(args.runs, args.lock, args.recipe, args.sets)
+    except InputError as exc:
+        emit_diagnostics(types.SimpleNamespace(format="text" if args.format == "auto" else args.format,
+                                               verb="lint", no_color=True), exc.diagnostics)
+        return EXIT_INPUT
+    print(json_dump(report) if _fmtname(args) == "json" else diagnose.text(report))
+    return EXIT_CLEAN

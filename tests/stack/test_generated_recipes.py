@@ -17,11 +17,13 @@
 from __future__ import annotations
 
 import ast
+import io
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import tokenize
 from functools import lru_cache
 from pathlib import Path
 

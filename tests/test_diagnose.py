@@ -1,0 +1,126 @@
+"""`mocompile diagnose RUN`: a run's breakdown, its dominant wall, and the changes the model ranks.
+
+Inputs are recorded ones: the step metrics of the 4x H100 TE grid (benchmarks/results/te-h100x4-2026-11-26,
+in the committed log archives) and hand-built traces whose answers tests/test_trace_report.py works out.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+import sys
+import tarfile
+
+import pytest
+
+from conftest import ROOT, run_cli
+from mocompile import diagnose
+
+sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
+import trace_report  # noqa: E402
+
+from test_trace_report import TRACE  # noqa: E402
+
+GRID = ROOT / "benchmarks" / "results" / "te-h100x4-2026-11-26"
+LOCK = ROOT / "generated" / "bench-te-mid-auto" / "mocompile.lock.json"
+
+
+def _metrics(tmp_path, name="bench-te-mid-auto"):
+    """The real step metrics of one run of the TE grid (rank 0, one line per step)."""
+    with tarfile.open(GRID / "logs-te-h100-a.tar.gz") as tar:
+        data = tar.extractfile(f"te-h100-a/{name}.r0.jsonl").read()
+    run = tmp_path / "run"
+    run.mkdir(exist_ok=True)
+    (run / "metrics.jsonl").write_bytes(data)
+    return run, [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+
+
+def _trace(run, events=TRACE, name="rank-0.json.gz"):
+    (run / "torch_profile").mkdir(exist_ok=True)
+    with gzip.open(run / "torch_profile" / name, "wt", encoding="utf-8") as fh:
+        json.dump({"traceEvents": events}, fh)
+
+
+def test_the_measured_step_is_the_median_after_warm_up_with_its_spread(tmp_path):
+    run, rows = _metrics(tmp_path)
+    b = diagnose.breakdown(diagnose.find([str(run)], str(LOCK)))
+    steady = sorted(r["step_ms"] for r in rows if r["iteration"] > diagnose.WARMUP_STEPS)
+    assert b["measured_step_ms"] == round(statistics.median(steady), 1) and b["steps"] == len(steady)
+    assert b["measured_spread"] == round((steady[-1] - steady[0]) / statistics.median(steady), 3)
+    peak = max(r["max_memory_reserved"] for r in rows if r["iteration"] > diagnose.WARMUP_STEPS)
+    assert b["peak_memory_gib"] == round(peak / 2 ** 30, 2)
+    assert b["memory_headroom"] == round(1 - b["peak_memory_gib"] / 80, 3)
+    assert b["source"].startswith("the step-time model")  # no trace: the split is the model's, and it says so
+
+
+def test_the_breakdown_is_trace_reports_on_the_same_trace(tmp_path):
+    run, _ = _metrics(tmp_path)
+    _trace(run)
+    b = diagnose.breakdown(diagnose.find([str(run)], str(LOCK)))
+    assert b["trace_ms"] == trace_report.summarize(TRACE)["median"]
+    assert b["source"] == "profiler trace (1 rank(s))"
+
+
+def test_two_ranks_take_the_median_of_their_medians(tmp_path):
+    run, _ = _metrics(tmp_path)
+    _trace(run)
+    slow = [dict(e, dur=e["dur"] * 3) if e.get("cat") == "kernel" else e for e in TRACE]
+    _trace(run, slow, "rank-1.json.gz")
+    b = diagnose.breakdown(diagnose.find([str(run)], str(LOCK)))
+    one, three = trace_report.summarize(TRACE)["median"], trace_report.summarize(slow)["median"]
+    assert b["trace_ms"]["compute_ms"] == pytest.approx((one["compute_ms"] + three["compute_ms"]) / 2, abs=1e-3)
+
+
+@pytest.mark.parametrize("idle,comm,compute,headroom,want", [
+    (400, 150, 400, 0.5, "compute"),        # a tie between host and compute (checked below)
+    (500, 150, 300, 0.5, "host"),
+    (100, 500, 300, 0.5, "communication"),
+    (500, 150, 300, 0.049, "memory"),       # under 5 % of the GPU left: make room first
+    (500, 150, 300, 0.05, "host"),          # exactly 5 % left is enough
+])
+def test_the_dominant_wall_is_the_largest_share_unless_memory_is_nearly_full(idle, comm, compute, headroom, want):
+    parts = {"trace_ms": {"wall_ms": 1000.0, "idle_ms": idle, "comm_exposed_ms": comm, "compute_ms": compute,
+                          "busy_ms": 1000.0 - idle}, "memory_headroom": headroom}
+    name, shares = diagnose.wall(parts)
+    if want == "compute":  # a tie between host and compute: max() keeps the first key, host
+        assert name == "host" and shares["host"] == shares["compute"] == 0.4
+        return
+    assert name == want
+    assert shares == {"host": idle / 1000, "communication": comm / 1000, "compute": compute / 1000}
+
+
+def test_a_host_bound_run_gets_the_host_changes_ranked_by_predicted_gain(tmp_path):
+    run, _ = _metrics(tmp_path)
+    report = diagnose.diagnose([str(run)], str(LOCK), str(ROOT / "recipes" / "bench" / "bench-te-mid-auto.yaml"))
+    assert report["wall"] == "host"  # the lent host: the model puts most of the step in launch time
+    sets = [p["set"] for p in report["proposals"]]
+    assert "cuda_graphs.impl=transformer_engine" in sets and any(s.startswith("training.micro_batch_size=") for s in sets)
+    gains = [p["predicted_gain"] for p in report["proposals"] if p.get("predicted_gain") is not None]
+    assert gains == sorted(gains, reverse=True) and gains[0] > 0
+    assert report["set_line"] == f"--set {report['proposals'][0]['set']}"
+
+
+def test_a_change_that_breaks_a_rule_is_listed_with_the_rule_not_ranked():
+    rows = diagnose.rank(str(ROOT / "recipes" / "bench" / "bench-te-mid-auto.yaml"),
+                         [("parallelism.tp=3", "not a divisor")], [])
+    assert rows[0].get("predicted_gain") is None and rows[0]["note"]
+
+
+def test_the_command_line_prints_text_and_json_and_refuses_bad_input(tmp_path):
+    run, _ = _metrics(tmp_path)
+    proc = run_cli("diagnose", str(run), "--lock", str(LOCK), cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "dominant wall: host" in proc.stdout and "try: mocompile recipes/bench/bench-te-mid-auto.yaml --set" in proc.stdout
+    js = run_cli("diagnose", str(run), "--lock", str(LOCK), "--format", "json", cwd=ROOT)
+    assert json.loads(js.stdout)["wall"] == "host"
+    missing = run_cli("diagnose", str(tmp_path / "nope"))
+    assert missing.returncode == 2 and "no such file or folder" in missing.stdout + missing.stderr
+    (tmp_path / "empty").mkdir()
+    empty = run_cli("diagnose", str(tmp_path / "empty"))
+    assert empty.returncode == 2 and "found no step metrics" in empty.stdout + empty.stderr
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "m.jsonl").write_text('{"step_ms": 1}\nnot json\n')
+    bad = run_cli("diagnose", str(tmp_path / "bad"))
+    assert bad.returncode == 2 and "line 2 is not JSON" in bad.stdout + bad.stderr
+    assert "Traceback" not in bad.stderr + empty.stderr + missing.stderr
