@@ -302,7 +302,8 @@ FLAT_CASES = [
     ("PAR006", dict(sequence_parallel=True, tensor_model_parallel_size=1)),
     ("PAR010", dict(add_bias_linear=True, tensor_model_parallel_size=2, expert_tensor_parallel_size=2,
                     sequence_parallel=True)),
-    ("DW003", dict(delay_wgrad_compute=True, te_version="2.9.0")),
+    ("DW003", dict(delay_wgrad_compute=True, te_version="2.9.0", cuda_graph_impl="transformer_engine",
+                   cuda_graph_modules=["moe_router", "moe_preprocess"])),
     ("CG002", dict(cuda_graph_impl="full_iteration", cuda_graph_modules=["attn"])),
     ("RC002", dict(recompute_granularity="selective", recompute_modules=["mla_up_proj"])),
 ]
