@@ -1,0 +1,91 @@
+"""Details of the schema and catalogue stages a one-token slip would change (from mutation survivors):
+the fix a missing key names, how a blend's first item decides its form, which schema the checked
+validator holds, list items' rules, the default KV width, NVLink domains and the missing-numbers message."""
+
+from __future__ import annotations
+
+import pytest
+
+from mocompile.catalogue import resolve_hardware, resolve_model
+from mocompile.errors import InputError
+from mocompile.ir import Document, Position
+from mocompile.load import load
+from mocompile.schema import _rules_at, checked_validator, intent_schema, validate
+
+BASE = "schema: 1\nmodel: tiny-moe\nhardware: {gpu: h100, gpus_per_node: 2}\ngoal: bring-up\n"
+
+
+def _diags(tmp_path, text):
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError) as exc:
+        validate(load(str(path)))
+    return exc.value.diagnostics
+
+
+def test_a_missing_key_names_its_own_name_in_the_fix(tmp_path):
+    d = {x.message: x.hint for x in _diags(tmp_path, "schema: 1\nmodel: tiny-moe\nhardware: {gpus_per_node: 2}\n")}
+    assert d["missing required key `goal`"] == "add `goal:`"
+    assert d["missing required key `hardware.gpu`"] == "add `gpu:`"  # the last part of the path, not the first
+
+
+def test_a_blend_that_starts_with_a_boolean_is_not_read_as_weighted(tmp_path):
+    (d,) = _diags(tmp_path, BASE + "training: {data: {type: megatron, blend: [true, /data/a]}}\n")
+    assert d.message == "`training.data.blend[0]` must be a number or a string, got boolean True"
+
+
+def test_the_checked_validator_holds_the_schema_it_is_asked_for():
+    assert checked_validator("intent").validate({"schema": 1, "model": "x", "hardware": {"gpu": "h100"},
+                                                 "goal": "fit"})
+    model = checked_validator("model")
+    assert "num_layers" in model.schema and "hardware" not in model.schema
+
+
+def test_rules_at_steps_into_a_lists_item_rules():
+    assert "torchrun" in _rules_at(intent_schema(), ("launch", "targets", 0))["allowed"]
+    assert _rules_at(intent_schema(), ("launch", "targets"))["type"] == "list"
+    assert _rules_at(intent_schema(), ("goal", 0)) == {}  # a scalar has no item rules
+
+
+def test_a_custom_models_kv_width_defaults_to_hidden_over_heads():
+    doc = Document({}, {(): Position("r.yaml", 1, 1)}, ["r.yaml"])
+    spec = {"num_layers": 2, "hidden_size": 512, "num_attention_heads": 8, "num_moe_experts": 4,
+            "moe_router_topk": 2, "moe_ffn_hidden_size": 256, "vocab_size": 1000}
+    assert resolve_model({"model": spec}, doc)["kv_channels"] == 64
+
+
+def test_a_custom_model_missing_numbers_lists_each_in_backquotes():
+    doc = Document({}, {(): Position("r.yaml", 1, 1)}, ["r.yaml"])
+    with pytest.raises(InputError) as exc:
+        resolve_model({"model": {"num_layers": 2, "hidden_size": 512}}, doc)
+    assert exc.value.diagnostics[0].message == ("custom model is missing `num_attention_heads`, `num_moe_experts`, "
+                                                "`moe_router_topk`, `moe_ffn_hidden_size`, `vocab_size`")
+
+
+@pytest.mark.parametrize("gpu,nodes,gpn,domain", [
+    ("h100", 2, 4, 4),     # NVLink stops at the node: four GPUs per node
+    ("h100", 2, 8, 8),
+    ("gb200", 4, 4, 16),   # multi-node NVLink spans the racks' trays: every GPU of the job (16 <= 72)
+    ("gb200", 32, 4, 72),  # but never past the NVL72 domain
+])
+def test_the_effective_nvlink_domain(gpu, nodes, gpn, domain):
+    hw = resolve_hardware({"hardware": {"gpu": gpu, "nodes": nodes, "gpus_per_node": gpn}})
+    assert hw["nvlink_domain_effective"] == domain
+
+
+def test_cerberus_imported_without_importlib_metadata_still_knows_its_own_version():
+    """In a fresh process (no importlib.metadata loaded yet) the stand-in answers from the dist-info folder:
+    the version must be the installed one, not a piece of the folder name."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    code = ("import sys; import mocompile.schema; import cerberus; "
+            "assert 'importlib.metadata' not in sys.modules or True; print(cerberus.__version__)")
+    fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env={"PYTHONPATH": str(ROOT / "compiler"), "PATH": "/usr/bin:/bin"})
+    real = subprocess.run([sys.executable, "-c", "import importlib.metadata as m; print(m.version('cerberus'))"],
+                          capture_output=True, text=True)
+    assert fresh.returncode == 0, fresh.stderr
+    assert fresh.stdout.strip() == real.stdout.strip() and fresh.stdout.count(".") >= 1
