@@ -89,3 +89,25 @@ def test_cerberus_imported_without_importlib_metadata_still_knows_its_own_versio
                           capture_output=True, text=True)
     assert fresh.returncode == 0, fresh.stderr
     assert fresh.stdout.strip() == real.stdout.strip() and fresh.stdout.count(".") >= 1
+
+
+def test_a_custom_model_gets_megatrons_defaults_for_what_it_leaves_out():
+    """What Megatron-Core's TransformerConfig would default (transformer_config.py), made explicit."""
+    doc = Document({}, {(): Position("r.yaml", 1, 1)}, ["r.yaml"])
+    spec = {"num_layers": 2, "hidden_size": 512, "num_attention_heads": 8, "num_moe_experts": 4,
+            "moe_router_topk": 2, "moe_ffn_hidden_size": 256, "vocab_size": 1000}
+    m = resolve_model({"model": spec}, doc)
+    assert (m["first_k_dense"], m["ffn_hidden_size"], m["shared_expert_size"], m["num_query_groups"],
+            m["kv_channels"], m["attention"], m["mtp_num_layers"]) == (0, 4 * 512, 0, 8, 64, "gqa", 0)
+    assert (m["gated_linear_unit"], m["add_bias_linear"], m["qk_layernorm"]) == (True, False, False)
+    assert m["id"] == "custom" and m["display"] == "custom MoE"
+
+
+@pytest.mark.parametrize("spec,model_id", [
+    ({"base": "qwen3-30b-a3b"}, "qwen3-30b-a3b"),                              # the base alone is the base
+    ({"base": "qwen3-30b-a3b", "display": "mine"}, "qwen3-30b-a3b+custom"),    # anything more is a variant
+    ({"base": "qwen3-30b-a3b", "num_layers": 24}, "qwen3-30b-a3b+custom"),
+])
+def test_a_based_model_is_named_for_its_base_and_whether_it_changed_it(spec, model_id):
+    doc = Document({}, {(): Position("r.yaml", 1, 1)}, ["r.yaml"])
+    assert resolve_model({"model": spec}, doc)["id"] == model_id
