@@ -19,7 +19,7 @@ SCRATCH="${1:-$(mktemp -d -t mocompile-mutation-modules-XXXXXX)}"
 CR="$(dirname "$PY")/cosmic-ray"
 FILTER="$(dirname "$PY")/cr-filter-operators"
 
-INPUT_TESTS="tests/test_untrusted_input.py tests/test_inputs.py tests/test_limits.py tests/test_runaway_values.py tests/test_rules.py tests/test_training_io.py"
+INPUT_TESTS="tests/test_untrusted_input.py tests/test_load_positions.py tests/test_schema_details.py tests/test_inputs.py tests/test_limits.py tests/test_runaway_values.py tests/test_rules.py tests/test_training_io.py"
 EMIT_TESTS="tests/test_untrusted_input.py tests/test_emit.py tests/test_kubernetes.py tests/test_training_io.py tests/test_cli.py tests/test_hostile_values.py tests/test_writes.py"
 declare -A MODULE=(
   [load]=compiler/mocompile/load.py [limits]=compiler/mocompile/limits.py [schema]=compiler/mocompile/schema.py
