@@ -29,9 +29,17 @@ def analyse(path: str, sets: list[str] | None = None, unsets: list[str] | None =
     return run(path, sets, unsets)
 
 
-def compile_recipe(path: str, sets: list[str] | None = None, unsets: list[str] | None = None) -> Result:
+def compile_recipe(path: str, sets: list[str] | None = None, unsets: list[str] | None = None,
+                   out_dir: str = "generated") -> Result:
     from mocompile.pipeline import compile_recipe as run
-    return run(path, sets, unsets)
+    return run(path, sets, unsets, _out_rel(out_dir))
+
+
+def _out_rel(out_dir: str) -> str:
+    """The output folder as the launchers name it: relative to the project root, POSIX separators."""
+    from mocompile.project import find_root
+    root = find_root(os.getcwd()) or os.getcwd()
+    return os.path.relpath(os.path.abspath(out_dir), root).replace(os.sep, "/")
 
 
 def _run_all(paths: list[str], fn, args: argparse.Namespace) -> tuple[list[Result], list[Diagnostic], int]:
@@ -87,7 +95,7 @@ def cmd_lint(args: argparse.Namespace) -> int:
 def cmd_compile(args: argparse.Namespace) -> int:
     settings = load_settings()
     out_dir = args.output or settings.output
-    results, diags, code = _run_all(args.recipes, compile_recipe, args)
+    results, diags, code = _run_all(args.recipes, lambda p, s, u: compile_recipe(p, s, u, out_dir), args)
     names: dict[str, str] = {}
     for r in results:
         if r.plan is None or r.errors:
@@ -138,7 +146,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     expected_dirs: set[str] = set()
     for path in recipes:
         try:
-            r = compile_recipe(path)
+            r = compile_recipe(path, out_dir=out_dir)
         except InputError as exc:
             report.append({"recipe": path, "file": "", "status": "invalid",
                            "detail": exc.diagnostics[0].message if exc.diagnostics else "invalid input"})

@@ -33,11 +33,13 @@ def analyse(path: str, sets: list[str] | None = None, unsets: list[str] | None =
     return Result(path, plan, plan.diagnostics, doc=doc)
 
 
-def compile_recipe(path: str, sets: list[str] | None = None, unsets: list[str] | None = None) -> Result:
-    """Analyse, then emit the artifacts when no error was found."""
+def compile_recipe(path: str, sets: list[str] | None = None, unsets: list[str] | None = None,
+                   out_rel: str = "generated") -> Result:
+    """Analyse, then emit the artifacts when no error was found. ``out_rel``: the output folder relative
+    to the project root, where the launchers look for their recipe folder."""
     from mocompile.emit import render  # jinja2 only when emitting: keeps `lint` fast for pre-commit
 
     result = analyse(path, sets, unsets)
     if not result.errors and result.plan is not None and result.doc is not None:
-        result.files = render.artifacts(result.plan, result.doc, sets or [], unsets or [])
+        result.files = render.artifacts(result.plan, result.doc, sets or [], unsets or [], out_rel)
     return result

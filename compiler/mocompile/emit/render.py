@@ -3,6 +3,7 @@ prepares plain values for them, so every decision lives in the Plan."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -179,13 +180,26 @@ def lock(plan: Plan) -> dict[str, Any]:
         "versions": {"megatron_core": plan["mcore_version"], "megatron_bridge": plan["bridge_version"],
                      "torch": plan["torch_version"], "transformer_engine": plan["te_version"]},
         "requirements": requirements(plan),
-        "settings": {k: d.as_dict() for k, d in sorted(plan.settings.items())},
-        "env": {k: d.as_dict() for k, d in sorted(plan.env.items())},
+        "settings": {k: _located(d) for k, d in sorted(plan.settings.items())},
+        "env": {k: _located(d) for k, d in sorted(plan.env.items())},
         "memory": plan.memory,
         # The planner's verdict: the chosen plan's predicted step, the runners-up and why they lost.
         "estimate": plan.planner,
-        "diagnostics": [d.as_dict() for d in plan.diagnostics],
+        "diagnostics": [dict(d.as_dict(), file=_rel_if_file(d.position.file)) for d in plan.diagnostics],
     }
+
+
+def _rel_if_file(path: str) -> str:
+    """A project-relative path for a real file (the command line's pseudo-file stays as it is): the lock
+    must not depend on the folder mocompile ran in or how the recipe's path was typed."""
+    return _rel(path) if path and os.path.exists(path) else path
+
+
+def _located(d: Any) -> dict[str, Any]:
+    out = d.as_dict()
+    if d.position is not None and "at" in out:
+        out["at"] = str(dataclasses.replace(d.position, file=_rel_if_file(d.position.file)))
+    return out
 
 
 def requirements(plan: Plan) -> dict[str, Any]:
