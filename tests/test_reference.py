@@ -146,3 +146,21 @@ def test_the_default_dispatcher_follows_bridges_guidance(gpu, gpn, group, want):
 def test_a_pinned_dispatcher_is_the_only_default_offered():
     assert reference.default_dispatcher(_ctx("h100", 8, "moe: {dispatcher: alltoall}\n"), 64) == "alltoall"
     assert reference.default_dispatcher(_ctx("h100", 8, "moe: {dispatcher: deepep}\n"), 2) == "deepep"
+
+
+@pytest.mark.parametrize("model,gpu", [("qwen3-30b-a3b", "h100"), ("gpt-oss-120b", "b200"), ("moonlight-16b-a3b", "h100"),
+                                       ("qwen3-next-80b-a3b", "h100")])
+def test_more_gpus_at_a_fixed_global_batch_are_never_predicted_slower(tmp_path, model, gpu):
+    """Doubling the nodes at the same global batch: every plan the smaller job could run has a data-parallel
+    twin on the larger one, so the predicted step never grows (Qwen3-Next: with its shipped recipe kept)."""
+    prev = None
+    for nodes in (1, 2, 4, 8):
+        text = (f"schema: 1\nname: r\nmodel: {model}\nhardware: {{gpu: {gpu}, nodes: {nodes}}}\ngoal: throughput\n"
+                "training: {seq_length: 4096, micro_batch_size: 1, global_batch_size: 1024}\n")
+        path = tmp_path / "r.yaml"
+        path.write_text(text)
+        p = analyse(str(path)).plan
+        step, fits = p.planner["chosen"]["step_time_s"], p.memory["total_gib"] <= p.hardware["memory_gib"]
+        if prev is not None:
+            assert step <= prev * 1.001, (nodes, prev, step, p.planner["chosen"]["plan"])
+        prev = step if fits else None
