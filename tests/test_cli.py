@@ -55,6 +55,7 @@ def test_github_and_sarif_formats(tmp_path):
 def _project_copy(tmp_path):
     proj = tmp_path / "proj"
     shutil.copytree(ROOT / "recipes", proj / "recipes")
+    shutil.copytree(ROOT / "clusters", proj / "clusters")  # the TE bench recipes name a cluster profile
     shutil.copytree(ROOT / "generated", proj / "generated")
     shutil.copy(ROOT / "pyproject.toml", proj / "pyproject.toml")
     return proj

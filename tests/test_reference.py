@@ -164,3 +164,49 @@ def test_more_gpus_at_a_fixed_global_batch_are_never_predicted_slower(tmp_path, 
         if prev is not None:
             assert step <= prev * 1.001, (nodes, prev, step, p.planner["chosen"]["plan"])
         prev = step if fits else None
+
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+MODELS = ["qwen3-30b-a3b", "gpt-oss-20b", "gpt-oss-120b", "moonlight-16b-a3b", "glm-4.5-air", "qwen3-235b-a22b"]
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(model=st.sampled_from(MODELS), gpu=st.sampled_from(["h100", "b200", "gb200"]), nodes=st.sampled_from([1, 2, 4, 8]),
+       gbs=st.sampled_from([256, 1024]))
+def test_pinning_a_knob_to_the_value_auto_chose_returns_the_same_plan(tmp_path_factory, model, gpu, nodes, gbs):
+    """Over unanchored intents (every shipped recipe withheld): each single-knob pin to auto's own value gives
+    the same plan, and none gives a plan the model predicts faster than auto's."""
+    tmp = tmp_path_factory.mktemp("pin")
+    every = {a["recipe"] for a in search.anchors()}
+    base = (f"schema: 1\nname: r\nmodel: {model}\nhardware: {{gpu: {gpu}, nodes: {nodes}}}\ngoal: throughput\n"
+            f"training: {{seq_length: 4096, micro_batch_size: 1, global_batch_size: {gbs}}}\n")
+
+    def plan(extra: str = ""):
+        return _planner(base + extra, tmp, every), None
+
+    auto, _ = plan()
+    p = analyse_text(tmp, base, every)
+    disp = p["moe_flex_dispatcher_backend"] if p["moe_token_dispatcher_type"] == "flex" else p["moe_token_dispatcher_type"]
+    pins = [f"parallelism: {{tp: {p['tensor_model_parallel_size']}}}\n",
+            f"parallelism: {{pp: {p['pipeline_model_parallel_size']}}}\n",
+            f"parallelism: {{vpp: {p['virtual_pipeline_model_parallel_size'] or 1}}}\n",
+            f"parallelism: {{ep: {p['expert_model_parallel_size']}}}\n",
+            f"moe: {{dispatcher: {disp}}}\n",
+            f"moe: {{overlap: {str(p['overlap_moe_expert_parallel_comm']).lower()}}}\n",
+            f"moe: {{delay_wgrad: {str(p['delay_wgrad_compute']).lower()}}}\n"]
+    for pin in pins:
+        pinned, _ = plan(pin)
+        assert pinned["chosen"]["plan"] == auto["chosen"]["plan"], (pin, auto["chosen"]["plan"], pinned["chosen"]["plan"])
+
+
+def analyse_text(tmp, text: str, withheld: set[str]):
+    path = tmp / "r.yaml"
+    path.write_text(text)
+    saved = set(reference.WITHHELD)
+    reference.WITHHELD.update(withheld)
+    try:
+        return analyse(str(path)).plan
+    finally:
+        reference.WITHHELD.clear()
+        reference.WITHHELD.update(saved)

@@ -92,6 +92,7 @@ class Workdir:
         self.root = base / "recipes"
         if not self.root.exists():
             shutil.copytree(RECIPES, self.root)
+            shutil.copytree(ROOT / "clusters", base / "clusters")  # the TE bench recipes name a cluster profile
 
     def path_for(self, recipe: str) -> Path:
         """Where a mutant of ``recipe`` (relative to recipes/) is written: beside the original."""

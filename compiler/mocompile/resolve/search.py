@@ -669,7 +669,58 @@ def search(ctx: Context) -> SearchResult:
     return res
 
 
+# Pins of the knobs the search itself sets: a pin that only repeats what `auto` chooses must change nothing.
+KNOB_PINS = tuple(("parallelism", k) for k in ("tp", "pp", "vpp", "ep", "etp", "cp")) + \
+    (("moe", "dispatcher"), ("moe", "overlap"), ("moe", "delay_wgrad"))
+
+
+class _KnobPinsHidden:
+    """The context as the search would see it had the user left the knobs of ``KNOB_PINS`` ``auto``."""
+
+    def __init__(self, ctx: Context):
+        self._ctx = ctx
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ctx, name)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._ctx[key]
+
+    def explicit(self, *path: str) -> bool:
+        return tuple(path) not in KNOB_PINS and self._ctx.explicit(*path)
+
+    def pinned(self, *path: str) -> Any:
+        return None if tuple(path) in KNOB_PINS else self._ctx.pinned(*path)
+
+
+def _meets_pins(ctx: Context, cand: Candidate) -> bool:
+    """Does ``cand`` already have every knob value the user pinned?"""
+    for section, knob in KNOB_PINS:
+        value = _pin(ctx, section, knob)
+        if value is None:
+            continue
+        have = getattr(cand, knob)
+        if (bool(value) != have) if knob in ("overlap", "delay_wgrad") else (value != have):
+            return False
+    return True
+
+
 def _search(ctx: Context) -> SearchResult:
+    """The search on the intent as written; where no shipped recipe matches and the user pinned plan knobs,
+    the plan ``auto`` would choose is kept when it already has every pinned value. Without that, a pin that
+    only repeats ``auto``'s choice could change the plan: it narrows the space the reference plan (the nearest
+    recipe or the documented defaults) is drawn from, so the decision against the reference moves."""
+    res = _search_pinned(ctx)
+    if ctx.goal != "throughput" or res.anchor is not None or not any(_pin(ctx, *p) is not None for p in KNOB_PINS):
+        return res
+    free = _search_pinned(_KnobPinsHidden(ctx))  # type: ignore[arg-type]
+    if free.anchor is None and _meets_pins(ctx, free.winner.cand) and not free.winner.broken:
+        free.scored += res.scored
+        return free
+    return res
+
+
+def _search_pinned(ctx: Context) -> SearchResult:
     """Enumerate, prune, score, rule-check and rank; see the module docstring."""
     sc = Scorer(ctx)
     knobs = _knobs(ctx)
