@@ -46,3 +46,46 @@ def test_the_hybridep_probe_holds_one_layers_local_experts():
 def test_every_generated_file_ends_with_exactly_one_newline(recipe):
     for name, text in compile_recipe(str(ROOT / "recipes" / recipe)).files.items():
         assert text.endswith("\n") and not text.endswith("\n\n"), name
+
+
+def _plan(tmp_path, extra: str):
+    path = tmp_path / "r.yaml"
+    path.write_text("schema: 1\nmodel: tiny-moe\nhardware: {gpu: h100, gpus_per_node: 2}\ngoal: bring-up\n" + extra)
+    r = analyse(str(path))
+    assert not r.errors, [d.message for d in r.errors]
+    return r.plan
+
+
+@pytest.mark.parametrize("extra", [
+    "tokenizer: {type: huggingface, path: /tok}\n",         # the tokenizer alone
+    "checkpoint: {save: /ckpt}\n",                          # a folder written alone
+    "checkpoint: {load: /ckpt}\n",                          # a checkpoint read alone
+    "checkpoint: {pretrained: /base}\n",
+])
+def test_any_single_input_or_output_makes_the_launcher_say_where_the_run_reads_and_writes(tmp_path, extra):
+    assert render.preflight_io(_plan(tmp_path, extra))["any"] is True
+
+
+def test_a_run_that_reads_and_writes_nothing_says_nothing(tmp_path):
+    assert render.preflight_io(_plan(tmp_path, ""))["any"] is False
+
+
+@pytest.mark.parametrize("nodes,roles", [(1, {"Master": 1}), (2, {"Master": 1, "Worker": 1}), (4, {"Master": 1, "Worker": 3})])
+def test_the_kubernetes_job_has_one_master_and_a_worker_per_further_node(tmp_path, nodes, roles):
+    from ruamel.yaml import YAML
+
+    path = tmp_path / "r.yaml"
+    path.write_text(f"schema: 1\nmodel: tiny-moe\nhardware: {{gpu: h100, nodes: {nodes}, gpus_per_node: 2}}\n"
+                    "goal: bring-up\nlaunch: {targets: [kubernetes]}\n")
+    job = YAML(typ="safe").load(compile_recipe(str(path)).files["trainjob.yaml"])
+    assert {k: v["replicas"] for k, v in job["spec"]["pytorchReplicaSpecs"].items()} == roles
+
+
+def test_a_long_name_becomes_a_63_character_kubernetes_name(tmp_path):
+    from ruamel.yaml import YAML
+
+    path = tmp_path / "r.yaml"
+    path.write_text("schema: 1\nname: " + "A_" * 40 + "\nmodel: tiny-moe\nhardware: {gpu: h100, gpus_per_node: 2}\n"
+                    "goal: bring-up\nlaunch: {targets: [kubernetes]}\n")
+    name = YAML(typ="safe").load(compile_recipe(str(path)).files["trainjob.yaml"])["metadata"]["name"]
+    assert name == ("a-" * 40).strip("-")[:63] and len(name) == 63  # Kubernetes names stop at 63 characters
