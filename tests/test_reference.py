@@ -210,3 +210,31 @@ def analyse_text(tmp, text: str, withheld: set[str]):
     finally:
         reference.WITHHELD.clear()
         reference.WITHHELD.update(saved)
+
+
+@pytest.mark.parametrize("nodes,recipe", [
+    (2, "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config"),   # its own GPU count
+    (4, "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config"),   # 32 GPUs: the largest recipe below, weak-scaled
+    (8, "qwen3_30b_a3b_pretrain_64gpu_h100_bf16_config"),   # 64: its own again
+    (16, "qwen3_30b_a3b_pretrain_64gpu_h100_bf16_config"),
+    (1, None),                                               # 8 GPUs: EP 16 cannot run on them
+])
+def test_the_shipped_recipe_is_the_one_for_this_gpu_count_else_the_largest_below(nodes, recipe):
+    ctx = context_for(f"schema: 1\nname: r\nmodel: qwen3-30b-a3b\nhardware: {{gpu: h100, nodes: {nodes}}}\n"
+                      "goal: throughput\n")
+    found = reference.exact(ctx)
+    assert (found or {}).get("recipe") == recipe
+
+
+def test_a_recipe_for_another_precision_or_gpu_is_never_the_shipped_one():
+    for extra, gpu in (("training: {precision: fp8-cs}\n", "h100"), ("", "h200")):
+        ctx = context_for(f"schema: 1\nname: r\nmodel: qwen3-30b-a3b\nhardware: {{gpu: {gpu}, nodes: 2}}\n"
+                          f"goal: throughput\n{extra}")
+        found = reference.exact(ctx)
+        assert found is None or (found["gpu"], found["precision"]) == (gpu, ctx["precision"])
+
+
+@pytest.mark.parametrize("precision,same", [("fp8-cs", "bf16"), ("fp8-blockwise", "fp8-ds"), ("mxfp8", "nvfp4")])
+def test_precision_classes_pair_bf16_with_scaled_fp8_and_the_block_scaled_formats(precision, same):
+    assert reference._precision_class(precision) == reference._precision_class(same)
+    assert reference._precision_class("bf16") != reference._precision_class("mxfp8")
