@@ -89,3 +89,15 @@ def test_a_long_name_becomes_a_63_character_kubernetes_name(tmp_path):
                     "goal: bring-up\nlaunch: {targets: [kubernetes]}\n")
     name = YAML(typ="safe").load(compile_recipe(str(path)).files["trainjob.yaml"])["metadata"]["name"]
     assert name == ("a-" * 40).strip("-")[:63] and len(name) == 63  # Kubernetes names stop at 63 characters
+
+
+def test_without_transformer_engine_no_te_minimum_is_required(tmp_path):
+    plan = _plan(tmp_path, "versions: {transformer_engine: none}\n")
+    assert plan["te_version"] is None and render.requirements(plan)["transformer_engine"] is None
+
+
+def test_fp4_needs_te_2_7_and_plain_te_needs_1_7():
+    plain, _ = _req(WGRAD, "moe.delay_wgrad=false", "moe.overlap=false")
+    assert plain["transformer_engine"] == "1.7.0"
+    fp4, plan = _req(ROOT / "recipes" / "bench" / "bench-te-mid-ep4-off.yaml", "hardware.gpu=b200", "training.precision=nvfp4")
+    assert plan["fp4"] is not None and fp4["transformer_engine"] == "2.7.0"
