@@ -1,20 +1,9 @@
 #!/usr/bin/env python3
-"""Where a training step's time goes, from a PyTorch profiler trace (Chrome JSON, .json or .json.gz).
-
-Bridge writes the trace when the intent has ``profile:`` (``ProfilingConfig``, one file per profiled
-rank). For every ``ProfilerStep#N`` window on the host timeline this reports:
-
-- ``wall_ms``: the step as the host saw it;
-- ``busy_ms``: time the GPU ran anything (union of kernels and copies over all streams);
-- ``compute_ms`` / ``comm_ms``: union of compute kernels / of communication kernels (NCCL, DeepEP,
-  HybridEP; named by ``COMM``);
-- ``comm_hidden_ms``: communication time during which a compute kernel also ran (what overlap buys);
-- ``comm_exposed_ms``: the rest of ``comm_ms``. A communication kernel also runs while it waits for
-  slower peers, so this includes load-imbalance and skew waits, not only transfer time;
-- ``idle_ms``: ``wall_ms - busy_ms``, time the GPU waited for the host (launch-bound work);
-- the kernels that took the most time.
-
-The reading lives in compiler/mocompile/trace.py (standard library only; `mocompile diagnose` uses it too).
+"""Where a training step's time goes, from PyTorch profiler traces (Chrome JSON, .json or .json.gz):
+the GPU harness's command line over ``mocompile.trace`` (compiler/mocompile/trace.py, standard library
+only; its docstring defines each figure: wall, busy, compute, comm, hidden/exposed comm, idle), which
+``mocompile diagnose`` reads traces with too. Prints each trace's median per-step figures; ``--json``
+writes every step and the top kernels.
 """
 
 from __future__ import annotations
