@@ -62,13 +62,16 @@ def snapshot(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
-@pytest.fixture(scope="module")
-def versions(tmp_path_factory) -> tuple[dict[str, bytes], dict[str, bytes]]:
-    """The complete OLD and NEW output sets, each made by a real compile."""
-    base = tmp_path_factory.mktemp("versions")
-    run_compile(base / "old", 1)
-    run_compile(base / "new", 2)
-    old, new = snapshot(base / "old" / NAME), snapshot(base / "new" / NAME)
+@pytest.fixture
+def versions(tmp_path) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    """The complete OLD and NEW output sets, each made by a real compile into the test's own output folder
+    (``tmp_path / "out"``: the launchers name the folder they were written to, so each test makes its own)."""
+    out = tmp_path / "out"
+    run_compile(out, 1)
+    old = snapshot(out / NAME)
+    run_compile(out, 2)
+    new = snapshot(out / NAME)
+    shutil.rmtree(out)
     assert old.keys() == new.keys() and len(old) >= 5
     assert all(old[f] != new[f] for f in ("train.py", "mocompile.lock.json")), "seed must change the output"
     return old, new

@@ -32,14 +32,18 @@ def analyse(path: str, sets: list[str] | None = None, unsets: list[str] | None =
 def compile_recipe(path: str, sets: list[str] | None = None, unsets: list[str] | None = None,
                    out_dir: str = "generated") -> Result:
     from mocompile.pipeline import compile_recipe as run
-    return run(path, sets, unsets, _out_rel(out_dir))
+    return run(path, sets, unsets, _out_rel(out_dir, path))
 
 
-def _out_rel(out_dir: str) -> str:
-    """The output folder as the launchers name it: relative to the project root, POSIX separators."""
+def _out_rel(out_dir: str, recipe: str) -> str:
+    """The output folder as the launchers name it: relative to the recipe's project root (where jobs are
+    submitted from), POSIX separators; an output folder outside the project is named by its absolute path."""
     from mocompile.project import find_root
-    root = find_root(os.getcwd()) or os.getcwd()
-    return os.path.relpath(os.path.abspath(out_dir), root).replace(os.sep, "/")
+    root = find_root(os.path.dirname(os.path.abspath(recipe))) or os.getcwd()
+    out = os.path.abspath(out_dir)
+    if os.path.commonpath([root, out]) != root:
+        return out.replace(os.sep, "/")
+    return os.path.relpath(out, root).replace(os.sep, "/")
 
 
 def _run_all(paths: list[str], fn, args: argparse.Namespace) -> tuple[list[Result], list[Diagnostic], int]:

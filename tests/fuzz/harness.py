@@ -93,6 +93,7 @@ class Workdir:
         if not self.root.exists():
             shutil.copytree(RECIPES, self.root)
             shutil.copytree(ROOT / "clusters", base / "clusters")  # the TE bench recipes name a cluster profile
+            (base / "pyproject.toml").touch()  # the project root: profiles must lie inside it
 
     def path_for(self, recipe: str) -> Path:
         """Where a mutant of ``recipe`` (relative to recipes/) is written: beside the original."""

@@ -119,7 +119,10 @@ def nearest(ctx: Context) -> dict[str, Any] | None:
         if spec is None:
             continue
         other = _defaults({"id": a["model"], **spec})
-        arch = 0.0 if shape_key(other) == shape else sum(abs(math.log(x / y)) for x, y in zip(size, _size(other)))
+        other_size = _size(other)
+        if min(size) <= 0 or min(other_size) <= 0:  # an impossible model (the rules refuse it): no size to compare
+            continue
+        arch = 0.0 if shape_key(other) == shape else sum(abs(math.log(x / y)) for x, y in zip(size, other_size))
         if arch > NEAR_LIMIT:
             continue
         arch += shape_key(other) != shape  # any same-architecture recipe comes first
