@@ -238,3 +238,13 @@ def test_a_recipe_for_another_precision_or_gpu_is_never_the_shipped_one():
 def test_precision_classes_pair_bf16_with_scaled_fp8_and_the_block_scaled_formats(precision, same):
     assert reference._precision_class(precision) == reference._precision_class(same)
     assert reference._precision_class("bf16") != reference._precision_class("mxfp8")
+
+
+def test_an_impossible_model_gets_its_rule_not_an_internal_error(tmp_path):
+    """first_k_dense above num_layers gives a negative expert count: the nearest-recipe search must skip it
+    (found by the fuzzer: a math domain error) and MOE003 say what is wrong."""
+    path = tmp_path / "r.yaml"
+    path.write_text("schema: 1\nmodel: {base: tiny-moe, first_k_dense: 24}\nhardware: {gpu: h100, gpus_per_node: 2}\n"
+                    "goal: throughput\n")
+    r = analyse(str(path))
+    assert "MOE003" in {d.rule for d in r.errors}
