@@ -29,6 +29,7 @@ def test_a_custom_model_lists_its_dense_layers_first_in_moe_layer_freq(tmp_path)
     c, _ = _ctx(tmp_path, "model: {base: tiny-moe, num_layers: 8, first_k_dense: 2}\n")
     args = {a["field"]: a["value"] for a in c["custom_model"]}
     assert args["moe_layer_freq"] == [0, 0, 1, 1, 1, 1, 1, 1]
+    assert args["attention_dropout"] == 0.0 and args["hidden_dropout"] == 0.0  # pretraining: no dropout
     c, _ = _ctx(tmp_path, "model: {base: tiny-moe, num_layers: 8}\n")
     assert {a["field"]: a["value"] for a in c["custom_model"]}["moe_layer_freq"] == 1  # every layer MoE
 

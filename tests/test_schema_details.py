@@ -111,3 +111,12 @@ def test_a_custom_model_gets_megatrons_defaults_for_what_it_leaves_out():
 def test_a_based_model_is_named_for_its_base_and_whether_it_changed_it(spec, model_id):
     doc = Document({}, {(): Position("r.yaml", 1, 1)}, ["r.yaml"])
     assert resolve_model({"model": spec}, doc)["id"] == model_id
+
+
+def test_an_unknown_base_model_suggests_the_nearest_catalogue_id():
+    doc = Document({}, {(): Position("r.yaml", 1, 1), ("model", "base"): Position("r.yaml", 2, 15)}, ["r.yaml"])
+    with pytest.raises(InputError) as exc:
+        resolve_model({"model": {"base": "qwen3-30b-a3"}}, doc)
+    (d,) = exc.value.diagnostics
+    assert d.message == "unknown base model `qwen3-30b-a3`" and d.hint == "did you mean `qwen3-30b-a3b`?"
+    assert (d.position.line, d.position.column) == (2, 15)
