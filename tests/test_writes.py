@@ -197,3 +197,29 @@ def test_leftover_temporary_folder_is_swept(tmp_path, versions):
     (stale / "train.py").write_bytes(b"half")
     run_compile(out, 2)
     assert not stale.exists() and whole(out / NAME, old, new) == "new"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="renameat2 is Linux-only")
+def test_exchange_swaps_two_folders_and_reports_a_failure(tmp_path):
+    from mocompile.emit import writer
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (a / "f").write_text("A")
+    (b / "f").write_text("B")
+    assert writer._exchange(str(a), str(b)) is True
+    assert ((a / "f").read_text(), (b / "f").read_text()) == ("B", "A")
+    with pytest.raises(OSError):  # a failed exchange (no such folder) is an error, not a success
+        writer._exchange(str(a), str(tmp_path / "missing"))
+
+
+def test_without_an_atomic_exchange_the_two_step_rename_replaces_the_folder_whole(tmp_path, monkeypatch, versions):
+    """Where renameat2 cannot exchange (other systems, some file systems): old folder aside, new one in, old removed."""
+    from mocompile.emit import writer
+    old, new = versions
+    out = tmp_path / "out"
+    monkeypatch.setattr(writer, "_exchange", lambda a, b: False)
+    assert writer.write_outputs(str(out), NAME, {k: v.decode() for k, v in old.items()}) is None
+    assert writer.write_outputs(str(out), NAME, {k: v.decode() for k, v in new.items()}) is None
+    assert whole(out / NAME, old, new) == "new"
+    assert sorted(p.name for p in out.iterdir()) == [NAME]  # nothing left aside
