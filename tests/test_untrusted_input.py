@@ -233,3 +233,13 @@ def test_a_carriage_return_in_a_value_round_trips_and_check_calls_the_files_curr
     assert check.returncode == 0, check.stdout
     again = run_cli("compile", "recipes/r.yaml", cwd=tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr  # not refused as a hand edit
+
+
+def test_a_link_anywhere_on_the_way_inside_the_project_is_refused(tmp_path):
+    """`build` a link, output `build/gen`: neither the output folder nor the target is the link itself."""
+    outside = _project(tmp_path)
+    (tmp_path / "pyproject.toml").write_text('[tool.mocompile]\noutput = "build/gen"\n')
+    os.symlink(outside, tmp_path / "build")
+    proc = run_cli("compile", "recipes/r.yaml", cwd=tmp_path)
+    assert proc.returncode == 2 and f"symbolic link {tmp_path / 'build'}" in proc.stdout + proc.stderr
+    assert list(outside.iterdir()) == []
