@@ -64,15 +64,14 @@ def _usable(ctx: Context) -> list[dict[str, Any]]:
             and a["recipe"] not in WITHHELD and _runs_on_its_own_count(a)]
 
 
+def _runs_on(a: dict[str, Any], gpus: int) -> bool:
+    """Does recipe ``a``'s layout divide ``gpus`` (TP x PP x CP and ETP x EP x PP)?"""
+    return not (gpus % (a["tp"] * a["pp"] * a["cp"]) or gpus % (a["ep"] * a["etp"] * a["pp"]))
+
+
 def _runs_on_its_own_count(a: dict[str, Any]) -> bool:
     """A few shipped rows cannot run on their own GPU count (EP x PP above it): no evidence for anything."""
-    n = a["gpus"]
-    return not (n % (a["tp"] * a["pp"] * a["cp"]) or n % (a["ep"] * a["etp"] * a["pp"]))
-
-
-def _divides(ctx: Context, a: dict[str, Any]) -> bool:
-    world = ctx["world_size"]
-    return not (world % (a["tp"] * a["pp"] * a["cp"]) or world % (a["ep"] * a["etp"] * a["pp"]))
+    return _runs_on(a, a["gpus"])
 
 
 def exact(ctx: Context) -> dict[str, Any] | None:
@@ -80,7 +79,7 @@ def exact(ctx: Context) -> dict[str, Any] | None:
     count: the one for this GPU count, else the largest below it (Bridge's harness weak-scales by DP)."""
     shape = shape_key(ctx.model)
     found = [a for a in _usable(ctx) if a["gpu"] == ctx["gpu"] and a["precision"] == ctx["precision"]
-             and _catalogue_shape(a["model"]) == shape and _divides(ctx, a)]
+             and _catalogue_shape(a["model"]) == shape and _runs_on(a, ctx["world_size"])]
     if not found:
         return None
     below = [a for a in found if a["gpus"] <= ctx["world_size"]]
