@@ -200,7 +200,7 @@ def test_leftover_temporary_folder_is_swept(tmp_path, versions):
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="renameat2 is Linux-only")
-def test_exchange_swaps_two_folders_and_reports_a_failure(tmp_path):
+def test_exchange_swaps_two_folders_and_reports_a_failure(tmp_path, monkeypatch):
     from mocompile.emit import writer
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
@@ -211,6 +211,45 @@ def test_exchange_swaps_two_folders_and_reports_a_failure(tmp_path):
     assert ((a / "f").read_text(), (b / "f").read_text()) == ("B", "A")
     with pytest.raises(OSError):  # a failed exchange (no such folder) is an error, not a success
         writer._exchange(str(a), str(tmp_path / "missing"))
+    monkeypatch.chdir(tmp_path)  # relative paths resolve against the current folder (AT_FDCWD)
+    assert writer._exchange("a", "b") is True and (a / "f").read_text() == "A"
+
+
+def test_a_file_system_without_exchange_falls_back_to_the_two_step_rename(tmp_path, monkeypatch, versions):
+    """renameat2 answering EINVAL (the file system cannot exchange) is no success: the folder is still replaced."""
+    import ctypes
+    import errno as errno_
+
+    from mocompile.emit import writer
+
+    def refuses(*_args):
+        ctypes.set_errno(errno_.EINVAL)
+        return -1
+
+    monkeypatch.setattr(writer, "_renameat2", lambda: refuses)
+    old, new = versions
+    out = tmp_path / "out"
+    assert writer.write_outputs(str(out), NAME, {k: v.decode() for k, v in old.items()}) is None
+    assert writer.write_outputs(str(out), NAME, {k: v.decode() for k, v in new.items()}) is None
+    assert whole(out / NAME, old, new) == "new"
+
+
+def test_a_failed_write_is_reported_and_leaves_no_temporary_folder(tmp_path, monkeypatch, versions):
+    from mocompile.emit import writer
+
+    old, new = versions
+    out = tmp_path / "out"
+    assert writer.write_outputs(str(out), NAME, {k: v.decode() for k, v in old.items()}) is None
+
+    def disk_full(tmp, files):
+        (Path(tmp) / "train.py").write_text("half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writer, "_fill", disk_full)
+    problem = writer.write_outputs(str(out), NAME, {k: v.decode() for k, v in new.items()})
+    assert problem and problem.startswith("could not write") and "No space left" in problem
+    assert whole(out / NAME, old, new) == "old"
+    assert sorted(p.name for p in out.iterdir()) == [NAME]
 
 
 def test_without_an_atomic_exchange_the_two_step_rename_replaces_the_folder_whole(tmp_path, monkeypatch, versions):
