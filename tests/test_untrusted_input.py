@@ -38,6 +38,8 @@ RECIPE = "schema: 1\nmodel: tiny-moe\nhardware: {gpu: h100, gpus_per_node: 2}\ng
     ("nb\u00a0sp", "nb\\xa0sp"),  # a space that is not a plain space is not printable either
     ("tag\U000e0001", "tag\\U000e0001"),  # a format character beyond the BMP: eight hex digits
     ("\U00010000", "\U00010000"),  # the first character beyond the BMP is a printable letter
+    ("\uffff", "\\uffff"),  # the last BMP code point (a noncharacter) still takes four hex digits
+    ("\u00ff\u0085", "\u00ff\\x85"),  # the last Latin-1 character is a letter; C1 controls take two digits
 ])
 def test_visible_shows_every_control_format_and_separator_character_as_an_escape(raw, shown):
     assert visible(raw) == shown
