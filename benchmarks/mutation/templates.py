@@ -49,8 +49,6 @@ def main() -> int:
             return True
         return subprocess.run(base, cwd=scratch, capture_output=True, env=env, timeout=1200).returncode != 0
 
-    deselect: list[str] = []
-    failing: list[str] = []
     if run_tests():
         print("the tests fail on the unmutated copy", file=sys.stderr)
         return 1
