@@ -101,3 +101,34 @@ def test_fp4_needs_te_2_7_and_plain_te_needs_1_7():
     assert plain["transformer_engine"] == "1.7.0"
     fp4, plan = _req(ROOT / "recipes" / "bench" / "bench-te-mid-ep4-off.yaml", "hardware.gpu=b200", "training.precision=nvfp4")
     assert plan["fp4"] is not None and fp4["transformer_engine"] == "2.7.0"
+
+
+def test_a_failed_preflight_stops_the_slurm_script_before_training(tmp_path):
+    """Under `set -e` the first srun (the preflight) failing ends the job script: the training srun never runs."""
+    import os
+    import subprocess
+
+    path = tmp_path / "r.yaml"
+    path.write_text("schema: 1\nmodel: tiny-moe\nhardware: {gpu: h100, gpus_per_node: 2}\ngoal: bring-up\n"
+                    "launch: {targets: [slurm]}\n")
+    files = compile_recipe(str(path)).files
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    (stubs / "srun").write_text('#!/usr/bin/env bash\necho "srun $*" >> "$LOG"\n'
+                                'while [[ "${1:-}" == -* ]]; do shift; done\nexec "$@"\n')
+    (stubs / "scontrol").write_text("#!/usr/bin/env bash\necho localhost\n")
+    for f in stubs.iterdir():
+        f.chmod(0o755)
+    log = tmp_path / "srun.log"
+    env = {"PATH": f"{stubs}:/usr/bin:/bin", "LOG": str(log), "PYTHON": str(tmp_path / "no-such-python"),
+           "MOCOMPILE_RECIPE_DIR": str(folder), "SLURM_NNODES": "1", "SLURM_JOB_ID": "7", "HOME": str(tmp_path)}
+    proc = subprocess.run(["bash", str(folder / "slurm.sbatch")], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode != 0 and "RUN001" in proc.stdout + proc.stderr
+    calls = log.read_text().splitlines()
+    assert len(calls) == 1 and calls[0].endswith("preflight.sh"), calls  # the training srun never ran
+    assert os.path.exists(folder / "train.py")
