@@ -29,15 +29,7 @@ def _catalogue(model_id: str) -> dict:
 
 
 def _planner(text: str, tmp_path, withheld: set[str]) -> dict:
-    path = tmp_path / "r.yaml"
-    path.write_text(text)
-    saved = set(reference.WITHHELD)
-    reference.WITHHELD.update(withheld)
-    try:
-        return analyse(str(path)).plan.planner
-    finally:
-        reference.WITHHELD.clear()
-        reference.WITHHELD.update(saved)
+    return analyse_text(tmp_path, text, withheld).planner
 
 
 # --- the decision ----------------------------------------------------------------------------------
@@ -182,11 +174,8 @@ def test_pinning_a_knob_to_the_value_auto_chose_returns_the_same_plan(tmp_path_f
     base = (f"schema: 1\nname: r\nmodel: {model}\nhardware: {{gpu: {gpu}, nodes: {nodes}}}\ngoal: throughput\n"
             f"training: {{seq_length: 4096, micro_batch_size: 1, global_batch_size: {gbs}}}\n")
 
-    def plan(extra: str = ""):
-        return _planner(base + extra, tmp, every), None
-
-    auto, _ = plan()
     p = analyse_text(tmp, base, every)
+    auto = p.planner
     disp = p["moe_flex_dispatcher_backend"] if p["moe_token_dispatcher_type"] == "flex" else p["moe_token_dispatcher_type"]
     pins = [f"parallelism: {{tp: {p['tensor_model_parallel_size']}}}\n",
             f"parallelism: {{pp: {p['pipeline_model_parallel_size']}}}\n",
@@ -196,7 +185,7 @@ def test_pinning_a_knob_to_the_value_auto_chose_returns_the_same_plan(tmp_path_f
             f"moe: {{overlap: {str(p['overlap_moe_expert_parallel_comm']).lower()}}}\n",
             f"moe: {{delay_wgrad: {str(p['delay_wgrad_compute']).lower()}}}\n"]
     for pin in pins:
-        pinned, _ = plan(pin)
+        pinned = _planner(base + pin, tmp, every)
         assert pinned["chosen"]["plan"] == auto["chosen"]["plan"], (pin, auto["chosen"]["plan"], pinned["chosen"]["plan"])
 
 

@@ -22,6 +22,7 @@ import json
 import os
 import statistics
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from mocompile.errors import InputError
@@ -123,7 +124,7 @@ def breakdown(run: Run) -> dict[str, Any]:
         meds = []
         for t in run.traces:
             try:
-                meds.append(summarize(load(_path(t))).get("median"))
+                meds.append(summarize(load(Path(t))).get("median"))
             except (OSError, ValueError, EOFError) as exc:
                 raise _bad(f"cannot read the trace: {exc}", t) from None
         meds = [m for m in meds if m]
@@ -144,11 +145,6 @@ def breakdown(run: Run) -> dict[str, Any]:
         if chosen.get("step_time_s"):
             out["predicted_step_ms"] = round(chosen["step_time_s"] * 1000, 1)
     return out
-
-
-def _path(p: str) -> Any:
-    from pathlib import Path
-    return Path(p)
 
 
 WALLS = ("host", "communication", "compute", "memory")

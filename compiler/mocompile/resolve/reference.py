@@ -49,11 +49,21 @@ def shape_key(model: dict[str, Any]) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _catalogue_shape(model_id: str) -> str | None:
+def _catalogue(model_id: str) -> tuple[str, tuple[float, ...]] | None:
+    """(shape key, size) of a catalogue model, once per process: every search compares against the same
+    few models the shipped recipes were tuned for."""
     from mocompile.catalogue import _defaults, models
 
     spec = models().get(model_id)
-    return None if spec is None else shape_key(_defaults({"id": model_id, **spec}))
+    if spec is None:
+        return None
+    model = _defaults({"id": model_id, **spec})
+    return shape_key(model), _size(model)
+
+
+def _catalogue_shape(model_id: str) -> str | None:
+    found = _catalogue(model_id)
+    return None if found is None else found[0]
 
 
 def _usable(ctx: Context) -> list[dict[str, Any]]:
@@ -108,23 +118,23 @@ def _precision_class(p: str) -> str:
 
 def nearest(ctx: Context) -> dict[str, Any] | None:
     """The nearest shipped recipe by (architecture, GPU, precision, GPU count), architecture first."""
-    from mocompile.catalogue import _defaults, gpus, models
+    from mocompile.catalogue import gpus
 
     shape, size = shape_key(ctx.model), _size(ctx.model)
+    if min(size) <= 0:  # an impossible model (the rules refuse it): no size to compare
+        return None
     gpu = ctx.hw
     best, best_key = None, None
     for a in _usable(ctx):
-        spec = models().get(a["model"])
-        if spec is None:
+        found = _catalogue(a["model"])
+        if found is None:
             continue
-        other = _defaults({"id": a["model"], **spec})
-        other_size = _size(other)
-        if min(size) <= 0 or min(other_size) <= 0:  # an impossible model (the rules refuse it): no size to compare
-            continue
-        arch = 0.0 if shape_key(other) == shape else sum(abs(math.log(x / y)) for x, y in zip(size, other_size))
+        other_shape, other_size = found
+        same = other_shape == shape
+        arch = 0.0 if same else sum(abs(math.log(x / y)) for x, y in zip(size, other_size))
         if arch > NEAR_LIMIT:
             continue
-        arch += shape_key(other) != shape  # any same-architecture recipe comes first
+        arch += not same  # any same-architecture recipe comes first
         ahw = gpus().get(a["gpu"], {})
         gpu_d = 0 if a["gpu"] == ctx["gpu"] else 1 if bool(ahw.get("mnnvl")) == bool(gpu.get("mnnvl")) else 2
         prec_d = 0 if a["precision"] == ctx["precision"] else \
