@@ -31,10 +31,10 @@ RECIPE = "schema: 1\nmodel: tiny-moe\nhardware: {gpu: h100, gpus_per_node: 2}\ng
 @pytest.mark.parametrize("raw,shown", [
     ("plain text, ünïcode ✓", "plain text, ünïcode ✓"),  # printable text is left alone
     ("a\x1b[31mb", "a\\x1b[31mb"),  # ESC starts a terminal control sequence
-    ("a\nb\rc", "a\\x0ab\\x0dc"),  # a newline forges a log line, CR overwrites one
+    ("a\nb\rc", "a\\nb\\rc"),  # a newline forges a log line, CR overwrites one: Python's own escapes
     ("a\u202eb", "a\\u202eb"),  # a bidi override reorders what a reviewer reads
     ("a\u2028b", "a\\u2028b"),  # a line separator
-    ("tab\tnul\x00del\x7f", "tab\\x09nul\\x00del\\x7f"),
+    ("tab\tnul\x00del\x7f", "tab\\tnul\\x00del\\x7f"),
     ("nb\u00a0sp", "nb\\xa0sp"),  # a space that is not a plain space is not printable either
     ("tag\U000e0001", "tag\\U000e0001"),  # a format character beyond the BMP: eight hex digits
     ("\U00010000", "\U00010000"),  # the first character beyond the BMP is a printable letter
@@ -45,13 +45,30 @@ def test_visible_shows_every_control_format_and_separator_character_as_an_escape
     assert visible(raw) == shown
 
 
+def test_visible_escapes_every_character_of_the_dangerous_unicode_classes_and_nothing_printable():
+    """Cc control, Cf format (bidi, zero width), Zl/Zp separators, Cs surrogates, Co private use,
+    Cn unassigned and non-ASCII spaces: every code point of those classes comes out as an escape
+    (so it cannot drive a terminal or hide in a review), every other one as itself."""
+    import sys
+    import unicodedata
+
+    dangerous = {"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"}
+    for code in range(sys.maxunicode + 1):
+        ch = chr(code)
+        cat = unicodedata.category(ch)
+        escaped = cat in dangerous or (cat == "Zs" and ch != " ")
+        assert (visible(ch) != ch) is escaped, (hex(code), cat)
+        if escaped:
+            assert visible(ch).startswith("\\") and visible(ch).isascii() and visible(ch).isprintable()
+
+
 def test_visible_keeps_only_the_layout_characters_the_caller_names():
     assert visible("a\nb\x1b", keep="\n") == "a\nb\\x1b"
 
 
 def test_terminal_keeps_newlines_tabs_and_colour_codes_and_escapes_everything_else():
     assert terminal("\x1b[31merror\x1b[0m: x\ty\n") == "\x1b[31merror\x1b[0m: x\ty\n"
-    assert terminal("a\x1b]0;title\x07b\rc\u202e") == "a\\x1b]0;title\\x07b\\x0dc\\u202e"
+    assert terminal("a\x1b]0;title\x07b\rc\u202e") == "a\\x1b]0;title\\x07b\\rc\\u202e"
 
 
 def _lint_output(tmp_path, text: str, *args: str) -> str:
@@ -73,7 +90,7 @@ def test_explain_shows_a_hostile_display_text_escaped(tmp_path):
     proc = run_cli("explain", str(tmp_path / "r.yaml"))
     assert proc.returncode == 0, proc.stderr
     first = proc.stdout.splitlines()[0]
-    assert first.startswith("r: d\\x1b[2J\\u202e\\x0aX on 2x")
+    assert first.startswith("r: d\\x1b[2J\\u202e\\nX on 2x")
 
 
 # --- what reaches a generated file --------------------------------------------------------------

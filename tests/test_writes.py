@@ -262,3 +262,30 @@ def test_without_an_atomic_exchange_the_two_step_rename_replaces_the_folder_whol
     assert writer.write_outputs(str(out), NAME, {k: v.decode() for k, v in new.items()}) is None
     assert whole(out / NAME, old, new) == "new"
     assert sorted(p.name for p in out.iterdir()) == [NAME]  # nothing left aside
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "two-step rename"])
+def test_a_cleanup_that_fails_after_the_swap_does_not_fail_the_write_and_the_next_run_sweeps_it(
+        tmp_path, monkeypatch, versions, exchange):
+    """Once the new folder is in place the write has succeeded: failing to delete the old one
+    (a busy NFS file, a permission) must not turn a good compile into an error. What is left
+    is a `.name.*` folder, which the next run removes."""
+    from mocompile.emit import writer
+
+    old, new = versions
+    out = tmp_path / "out"
+    assert writer.write_outputs(str(out), NAME, {k: v.decode() for k, v in old.items()}) is None
+    if not exchange:
+        monkeypatch.setattr(writer, "_exchange", lambda a, b: False)
+    real_rmdir = os.rmdir
+
+    def busy(*args, **kwargs):
+        raise OSError(16, "Device or resource busy")
+
+    monkeypatch.setattr(os, "rmdir", busy)
+    assert writer.write_outputs(str(out), NAME, {k: v.decode() for k, v in new.items()}) is None
+    assert whole(out / NAME, old, new) == "new"
+    assert any(p.name.startswith(f".{NAME}.") for p in out.iterdir())  # the old folder could not go
+    monkeypatch.setattr(os, "rmdir", real_rmdir)
+    assert writer.write_outputs(str(out), NAME, {k: v.decode() for k, v in old.items()}) is None
+    assert sorted(p.name for p in out.iterdir()) == [NAME] and whole(out / NAME, old, new) == "old"

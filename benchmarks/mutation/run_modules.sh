@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Mutation testing of the modules users rely on beyond rules/ and the planner (issue 25): the loader,
-# input limits, schema, model catalogue, and emission (render, header, python_recipe, writer, textsafe);
-# not part of CI.
+# Mutation testing of the modules users rely on (issue 25): the loader, input limits, schema, model
+# catalogue, emission (render, header, python_recipe, writer, textsafe), the rules (checks, engine,
+# layout) and the planner (steptime, search, decide, reference, memory); not part of CI.
 #   benchmarks/mutation/run_modules.sh [SCRATCH]          # N mutants per module (default 25), one CPU
 #   MODULES="load limits" N=0 benchmarks/mutation/run_modules.sh   # a subset, every mutant
 # Each module's session works on a `git archive HEAD` copy WITHOUT generated/ (cosmic-ray edits files in
@@ -21,16 +21,25 @@ FILTER="$(dirname "$PY")/cr-filter-operators"
 
 INPUT_TESTS="tests/test_untrusted_input.py tests/test_load_positions.py tests/test_schema_details.py tests/test_inputs.py tests/test_limits.py tests/test_runaway_values.py tests/test_rules.py tests/test_training_io.py"
 EMIT_TESTS="tests/test_untrusted_input.py tests/test_header.py tests/test_python_recipe.py tests/test_emit_requirements.py tests/test_output_dir.py tests/test_emit.py tests/test_kubernetes.py tests/test_training_io.py tests/test_cli.py tests/test_hostile_values.py tests/test_writes.py"
+RULE_TESTS="tests/test_rule_boundaries.py tests/test_rules.py tests/test_memory_truth.py"
+PLANNER_TESTS="tests/test_resolve.py tests/test_steptime.py tests/test_plancache.py tests/test_reference.py tests/test_memory_truth.py"
 declare -A MODULE=(
   [load]=compiler/mocompile/load.py [limits]=compiler/mocompile/limits.py [schema]=compiler/mocompile/schema.py
   [catalogue]=compiler/mocompile/catalogue.py [render]=compiler/mocompile/emit/render.py
   [header]=compiler/mocompile/emit/header.py [python_recipe]=compiler/mocompile/emit/python_recipe.py
   [writer]=compiler/mocompile/emit/writer.py [textsafe]=compiler/mocompile/textsafe.py
+  [checks]=compiler/mocompile/rules/checks.py [engine]=compiler/mocompile/rules/engine.py
+  [layout]=compiler/mocompile/layout.py [steptime]=compiler/mocompile/steptime.py
+  [search]=compiler/mocompile/resolve/search.py [decide]=compiler/mocompile/resolve/decide.py
+  [reference]=compiler/mocompile/resolve/reference.py [memory]=compiler/mocompile/memory.py
 )
 declare -A TESTS=(
   [load]="$INPUT_TESTS" [limits]="$INPUT_TESTS" [schema]="$INPUT_TESTS tests/test_editor_schema.py"
   [catalogue]="$INPUT_TESTS tests/test_resolve.py" [render]="$EMIT_TESTS" [header]="$EMIT_TESTS"
   [python_recipe]="$EMIT_TESTS" [writer]="$EMIT_TESTS" [textsafe]="$EMIT_TESTS"
+  [checks]="$RULE_TESTS" [engine]="$RULE_TESTS" [layout]="$RULE_TESTS" [steptime]="$PLANNER_TESTS"
+  [search]="$PLANNER_TESTS" [decide]="$PLANNER_TESTS" [reference]="$PLANNER_TESTS"
+  [memory]="$PLANNER_TESTS tests/test_lint_fast_paths.py tests/test_memory_te.py"
 )
 MODULES="${MODULES:-load limits schema catalogue render header python_recipe writer textsafe}"
 

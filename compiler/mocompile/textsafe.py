@@ -14,25 +14,15 @@ that every caller uses the same definition of "dangerous character":
 from __future__ import annotations
 
 import re
-import unicodedata
 
-# Categories of characters never printed raw: Cc control, Cf format (bidi overrides, zero
-# width), Zl/Zp line and paragraph separators, Cs lone surrogates, Co private use, Cn unassigned.
-_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
 # Characters a header path keeps as they are; everything else is percent-encoded, so a
 # header line holds no quote, `$`, `;`, `=`, `:` (no "coding=" / "coding:"), control or non-ASCII.
 _PATH_SAFE = "/._-+@~, "
 
 
 def _escape_char(ch: str) -> str:
-    code = ord(ch)
-    if code <= 0xFF:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
-
-
-def _unsafe(ch: str) -> bool:
-    return unicodedata.category(ch) in _UNSAFE_CATEGORIES
+    """Python's own escape for one character: ``\\n``, ``\\x1b``, ``\\u202e``, ``\\U000e0001``."""
+    return ch.encode("unicode_escape").decode("ascii")
 
 
 def visible(text: object, keep: str = "") -> str:
@@ -40,10 +30,12 @@ def visible(text: object, keep: str = "") -> str:
     escape, so it prints on one line and cannot drive a terminal. ``keep`` names characters
     the caller's own layout uses (e.g. ``"\\n"`` for multi-line output it built itself)."""
     s = str(text)
-    if s.isprintable() and not any(_unsafe(c) for c in s):  # fast path: nearly every string
+    if s.isprintable():  # fast path: nearly every string
         return s
-    return "".join(_escape_char(c) if c not in keep and (_unsafe(c) or not c.isprintable() and c != " ")
-                   else c for c in s)
+    # Python's "printable" excludes exactly the dangerous classes: Cc control, Cf format (bidi
+    # overrides, zero width), Zl/Zp line and paragraph separators, Cs lone surrogates, Co private
+    # use, Cn unassigned, and every space but " " (a no-break space looks like one and is not).
+    return "".join(_escape_char(c) if c not in keep and not c.isprintable() else c for c in s)
 
 
 def header_path(path: str) -> str:

@@ -266,6 +266,8 @@ def validate_recipe_file(
                                     "not ConfigContainer")
                 result["stage"] = "runtime_config_update"
                 runtime_config_update(cfg)
+                result["stage"] = "step_metrics_callback"
+                result["callback_hooks"] = _metrics_callback_hooks(module)
                 result["stage"] = "done"
                 result["ok"] = True
         except Exception as exc:  # the point is to report Bridge's own message
@@ -284,6 +286,22 @@ def validate_recipe_file(
                 seen.append(msg)
         result["warnings"] = seen[:50]
     return result
+
+
+def _metrics_callback_hooks(module: Any) -> list[str]:
+    """Build the recipe's MOCOMPILE_METRICS callback with the real Bridge and name the hooks it
+    overrides; each must be a hook Bridge's ``Callback`` defines (a renamed hook would never run)."""
+    from megatron.bridge.training.callbacks import Callback
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cb = module.step_metrics_callback(os.path.join(tmp, "metrics.jsonl"))
+    if not isinstance(cb, Callback):
+        raise TypeError(f"step_metrics_callback() returned {type(cb).__name__}, not a Bridge Callback")
+    own = sorted(k for k in vars(type(cb)) if k.startswith("on_"))
+    unknown = [k for k in own if not callable(getattr(Callback, k, None))]
+    if unknown:
+        raise AttributeError(f"Bridge's Callback has no hook(s) {unknown}: they would never be called")
+    return own
 
 
 def _parse_hf_config_args(values: list[str]) -> dict[str, dict]:

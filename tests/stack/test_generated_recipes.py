@@ -354,3 +354,5 @@ def test_bridge_runtime_config_update_accepts_the_recipe(bridge_results, name):
         if key in lock["settings"]:
             assert model.get(key) == want, f"{key}: Bridge has {model.get(key)!r}, plan {want!r}"
     assert r["data_parallel_size"] == lock["settings"]["data_parallel_size"]["value"]
+    # MOCOMPILE_METRICS' callback builds with the real Bridge and times every step from start to end.
+    assert r["callback_hooks"] == ["on_train_step_end", "on_train_step_start"]

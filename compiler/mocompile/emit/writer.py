@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
-import functools
 import os
 import shutil
 import tempfile
@@ -69,12 +67,12 @@ def _locked(out_dir: str) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
-@functools.lru_cache(maxsize=1)
 def _renameat2():  # type: ignore[no-untyped-def]
-    """libc's renameat2, or None where the platform has none."""
+    """libc's renameat2, or None where the platform has none. The running process's own
+    symbol table is searched (``dlopen(NULL)``): it holds the C library Python was linked
+    with, found without running ``ldconfig`` and cheap enough to look up on every write."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        fn = libc.renameat2
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
     except (OSError, AttributeError):
         return None
     fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
@@ -87,7 +85,7 @@ def _exchange(a: str, b: str) -> bool:
     fn = _renameat2()
     if fn is None:
         return False
-    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+    if not fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE):  # 0: done; -1: errno
         return True
     err = ctypes.get_errno()
     if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
