@@ -99,3 +99,22 @@ def test_with_the_test_hosts_profile_the_te_grid_is_predicted_within_15_percent(
     assert p.hardware["cluster"]["name"] == "lent-h100x4"
     predicted = p.planner["chosen"]["step_time_s"] * 1000
     assert abs(predicted / GRID[name] - 1) <= 0.15, (predicted, GRID[name])
+
+
+def test_an_edited_profile_re_plans_even_with_the_plan_cache_on(tmp_path):
+    """The command line caches search verdicts by intent; the profile's values are part of that key, so a
+    re-fitted host_factor (same path, new file) gives the new prediction, not the cached one."""
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    _project(tmp_path, factor="1.0")
+
+    def predicted() -> float:
+        assert run_cli("compile", "--force", "r.yaml", cwd=tmp_path, env=env).returncode == 0
+        lock = json.loads((tmp_path / "generated" / "r" / "mocompile.lock.json").read_text())
+        return lock["estimate"]["chosen"]["step_time_s"]
+
+    fast = predicted()
+    (tmp_path / "clusters" / "c.yaml").write_text(PROFILE.format(f="20.0"))
+    slow = predicted()
+    assert slow > fast * 1.5  # a host 20x slower than DGX makes this plan host-bound
+    (tmp_path / "clusters" / "c.yaml").write_text(PROFILE.format(f="1.0"))
+    assert predicted() == fast

@@ -46,7 +46,7 @@ MODULES="${MODULES:-load limits schema catalogue render header python_recipe wri
 session() {  # NAME
   local name="$1" dir="$SCRATCH/$1" tests="${TESTS[$1]}"
   mkdir -p "$dir"
-  git -C "$ROOT" archive HEAD compiler tests recipes schemas pyproject.toml README.md docs benchmarks/data clusters \
+  git -C "$ROOT" archive HEAD compiler tests recipes schemas pyproject.toml README.md docs benchmarks clusters \
     | tar -x -C "$dir"
   local base="$PY -m pytest -q -p no:cacheprovider -p no:randomly -m 'not stack' $tests"
   # the unmutated copy: whatever fails here reads generated/ (absent) or needs a tool: deselected

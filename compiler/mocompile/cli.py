@@ -16,7 +16,7 @@ from mocompile.textsafe import terminal
 if TYPE_CHECKING:
     import argparse
 
-VERBS = ("compile", "lint", "check", "explain", "schema", "rules", "models", "init", "diagnose")
+VERBS = ("compile", "lint", "check", "explain", "schema", "rules", "models", "init", "diagnose", "probe", "tune")
 
 
 def _parser(**kwargs: Any) -> argparse.ArgumentParser:
@@ -92,6 +92,29 @@ def build_parser() -> argparse.ArgumentParser:
                                            "mocompile.lock.json")
     p.add_argument("--lock", default=None, help="the run's mocompile.lock.json (default: found in RUN)")
     p.add_argument("--recipe", default=None, help="the intent to re-plan with each change (default: the lock's source)")
+    _overrides(p)
+    _common(p, ("auto", "text", "json"))
+    p = sub.add_parser("probe", help="measure this node's GPUs through a generated launcher; write a cluster profile")
+    p.add_argument("-o", "--output", required=True, help="the profile to write, e.g. clusters/my-cluster.yaml")
+    p.add_argument("--gpu", required=True, help="the GPU type, as an intent's hardware.gpu names it (e.g. h100)")
+    p.add_argument("--gpus-per-node", type=int, required=True, help="GPUs on this node the probe runs on")
+    p.add_argument("--name", default=None, help="the cluster's name in the profile (default: the file's)")
+    p.add_argument("--repeats", type=int, default=3, help="probe runs (the median is fitted; default 3)")
+    p.add_argument("--iterations", type=int, default=25, help="iterations per run (default 25; 5 warm-up)")
+    p.add_argument("--python", default="python3", help="the Python the launcher runs (default python3)")
+    p.add_argument("--work", default=None, help="where the probe compiles and logs (default .mocompile/probe)")
+    p.add_argument("--from-runs", default=None, help="fit from a probe's recorded metrics in this folder; run nothing")
+    _common(p, ("auto", "text", "json"))
+    p = sub.add_parser("tune", help="run the plans the model cannot tell apart; keep the measured fastest")
+    p.add_argument("recipe")
+    p.add_argument("--band", type=float, default=None, help="plans predicted within this share of the fastest "
+                                                             "(default: the model's trust margin)")
+    p.add_argument("--max-plans", type=int, default=4, help="at most this many plans (default 4)")
+    p.add_argument("--iterations", type=int, default=20, help="iterations per run (default 20; 5 warm-up)")
+    p.add_argument("--repeats", type=int, default=3, help="runs of each of the last two plans (default 3)")
+    p.add_argument("--work", default=None, help="state, generated plans and logs (default .mocompile/tune/<recipe>)")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds a run may take (default 900)")
+    p.add_argument("--write", action="store_true", help="pin the measured fastest plan's knobs in the recipe")
     _overrides(p)
     _common(p, ("auto", "text", "json"))
     return parser

@@ -27,7 +27,8 @@ from mocompile.ir import Diagnostic, Document, Position
 
 KEYS = {"schema": "format version (1)", "name": "a name for the cluster",
         "host_factor": "host (CPU launch) time relative to a DGX node, 0.1-100",
-        "source": "how the values were measured", "measured": "measured step times of plans run there (kept for tuning)"}
+        "source": "how the values were measured", "measured": "measured step times of plans run there (`mocompile tune` adds them)",
+        "probe": "what `mocompile probe` ran and found there (imports, runs, what it did not measure)"}
 HOST_FACTOR = (0.1, 100.0)
 
 
@@ -72,6 +73,10 @@ def read(doc: Document) -> None:
                                    f"{HOST_FACTOR[1]:.0f} (got {factor!r})",
                                    positions.get(("host_factor",), Position(full, 1, 1)),
                                    "host (CPU launch) time relative to a DGX node: 1 is DGX-class"))
+    for key, kind, what in (("measured", list, "a list"), ("probe", dict, "a mapping")):
+        if key in data and not isinstance(data[key], kind):
+            problems.append(Diagnostic("INPUT", "error", f"`{key}` must be {what}", positions[(key,)],
+                                       f"`{key}` is written by `mocompile {'tune' if key == 'measured' else 'probe'}`"))
     for key in ("name", "source"):
         if key in data and not isinstance(data[key], str):
             problems.append(Diagnostic("INPUT", "error", f"`{key}` must be text", positions[(key,)]))

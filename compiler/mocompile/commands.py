@@ -374,3 +374,31 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         return EXIT_INPUT
     print(json_dump(report) if _fmtname(args) == "json" else diagnose.text(report))
     return EXIT_CLEAN
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    """Measure this node through a generated launcher and write a cluster profile (mocompile.probe)."""
+    from mocompile import probe
+    if args.gpus_per_node < 1:
+        raise UsageError("--gpus-per-node must be at least 1")
+    report = probe.probe(args.output, args.gpu, args.gpus_per_node, args.name, args.repeats, args.iterations,
+                         args.python, args.work, args.from_runs, quiet=_fmtname(args) == "json")
+    print(json_dump(report) if _fmtname(args) == "json" else probe.text(report))
+    return EXIT_CLEAN
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    """Measure the plans inside the model's error band, keep the fastest (mocompile.tune)."""
+    from mocompile import tune
+    if args.band is not None and not 0 <= args.band <= 1:
+        raise UsageError("--band is a share of the fastest predicted step, from 0 to 1 (e.g. 0.15)")
+    try:
+        rep = tune.tune(args.recipe, args.sets, args.band, args.max_plans, args.iterations, args.repeats, args.work,
+                        quiet=_fmtname(args) == "json", timeout=args.timeout)
+        tune.finish(rep, args.recipe, args.sets, args.write)
+    except InputError as exc:
+        emit_diagnostics(types.SimpleNamespace(format="text" if args.format == "auto" else args.format,
+                                               verb="lint", no_color=True), exc.diagnostics)
+        return EXIT_INPUT
+    print(json_dump(rep) if _fmtname(args) == "json" else tune.text(rep))
+    return EXIT_CLEAN

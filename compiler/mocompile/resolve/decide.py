@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from mocompile import memory, steptime
 from mocompile.resolve.context import Context
-from mocompile.resolve.search import (Scorer, knob_distance, required_ratio, search, settings, trust_margin, verdict,
+from mocompile.resolve.search import (Scorer, knob_distance, pins, required_ratio, search, settings, trust_margin, verdict,
                                       why_lost)
 
 # Intent path of each field the planner sets (pinned values keep their position).
@@ -105,13 +105,14 @@ def plan(ctx: Context) -> None:
     ref = res.reference if res.reference is not None and res.reference.kind else None
     ctx.planner = {
         "goal": ctx.goal, "candidates_scored": res.scored, "trust_margin": None if margin == float("inf") else margin,
-        "chosen": dict(w.summary(), terms_s={k: round(v, 3) for k, v in est.terms.items()}),
-        "runners_up": [dict(r.summary(), why_lost=why_lost(r, w, res.reference)) for r in res.runners_up],
+        "chosen": dict(w.summary(), terms_s={k: round(v, 3) for k, v in est.terms.items()}, pins=pins(ctx, w.cand)),
+        "runners_up": [dict(r.summary(), why_lost=why_lost(r, w, res.reference), pins=pins(ctx, r.cand))
+                       for r in res.runners_up],
         "excluded": [dict(r.summary(), why_lost=why_lost(r, w)) for r in res.excluded],
         "anchor": None if res.anchor is None else dict(res.anchor.summary(), broken=res.anchor.broken or [],
                                                          fits=res.anchor.fits),
-        "reference": None if ref is None else dict(ref.summary(), kind=ref.kind),
-        "best": None if res.best is None else res.best.summary(),
+        "reference": None if ref is None else dict(ref.summary(), kind=ref.kind, pins=pins(ctx, ref.cand)),
+        "best": None if res.best is None else dict(res.best.summary(), pins=pins(ctx, res.best.cand)),
         "decision": None if ref is None else {
             "kind": ref.kind, "kept": w.cand == ref.cand, "distance": knob_distance(w.cand, ref.cand),
             "required_ratio": round(required_ratio(margin, knob_distance(w.cand, ref.cand)), 4)

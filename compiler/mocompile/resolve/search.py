@@ -284,6 +284,23 @@ def _graph_modules(ctx: Context, graphs: str) -> list[str]:
     return [] if impl in ("none", "full_iteration") else (["attn"] if graphs == "te_arp" else []) + ROUTER_SCOPES
 
 
+def pins(ctx: Context, cand: Candidate) -> dict[str, Any]:
+    """The intent values (dotted keys, as ``--set`` takes them) that pin every knob of ``cand``: what
+    ``mocompile tune`` compiles to run a candidate, and what ``--write`` puts in the recipe."""
+    out: dict[str, Any] = {f"parallelism.{k}": getattr(cand, k) for k in ("tp", "pp", "vpp", "ep", "etp", "cp")}
+    out.update({"moe.dispatcher": cand.dispatcher, "moe.overlap": cand.overlap, "moe.delay_wgrad": cand.delay_wgrad,
+                "cuda_graphs.impl": _graph_impl(ctx, cand.graphs)})
+    if out["cuda_graphs.impl"] not in ("none", "full_iteration"):
+        out["cuda_graphs.modules"] = _graph_modules(ctx, cand.graphs)
+    gran, modules, method, layers = cand.recompute
+    out["recompute.granularity"] = gran or "none"
+    if gran == "selective":
+        out["recompute.modules"] = list(modules or [])
+    elif gran == "full":
+        out.update({"recompute.method": method, "recompute.num_layers": layers})
+    return out
+
+
 def settings(ctx: Context, cand: Candidate, world: int | None = None) -> dict[str, Any]:
     """The Megatron fields a candidate sets, derived settings included (what the rules read)."""
     world = world or ctx["world_size"]
@@ -646,7 +663,9 @@ def _from_json(d: dict[str, Any]) -> Scored:
 
 def search(ctx: Context) -> SearchResult:
     """The verdict for this intent: from the plan cache (command line only) or a fresh search."""
-    cached = plancache.get(ctx.intent)
+    # the profile's values (hash included), not only its path: an edited profile must re-plan
+    key = {"intent": ctx.intent, "cluster": ctx.hw.get("cluster")}
+    cached = plancache.get(key)
     if cached is not None:
         try:
             return SearchResult(_from_json(cached["winner"]), [_from_json(d) for d in cached["runners_up"]],
@@ -660,7 +679,7 @@ def search(ctx: Context) -> SearchResult:
     res = _search(ctx)
     if ctx.goal == "throughput":
         res.effects = effects(ctx, res.winner)
-    plancache.put(ctx.intent, {"winner": _to_json(res.winner), "runners_up": [_to_json(s) for s in res.runners_up],
+    plancache.put(key, {"winner": _to_json(res.winner), "runners_up": [_to_json(s) for s in res.runners_up],
                                "excluded": [_to_json(s) for s in res.excluded],
                                "anchor": _to_json(res.anchor) if res.anchor else None,
                                "scored": res.scored, "effects": res.effects,

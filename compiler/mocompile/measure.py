@@ -1,0 +1,147 @@
+"""Run a generated launcher on the user's own nodes and read back its step times.
+
+``probe`` and ``tune`` measure plans, and both go through the files ``compile`` writes: the
+torchrun launcher (preflight included) runs ``train.py``, whose MOCOMPILE_METRICS callback writes one
+JSON line per step. So what is measured is exactly what the user would run, and mocompile itself
+never imports torch or Megatron.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+WARMUP_STEPS = 5  # the first steps build kernels, graphs and allocator pools: not the steady state
+
+
+@dataclass
+class Outcome:
+    """One launcher run: its exit code, the steady steps' times (ms) and where its log is."""
+
+    rc: int
+    step_ms: list[float]
+    log: str
+    seconds: float
+
+    @property
+    def median_ms(self) -> float | None:
+        return statistics.median(self.step_ms) if self.step_ms else None
+
+
+def read_metrics(path: str) -> list[dict[str, Any]]:
+    """The metrics lines of a run (rows without a numeric ``step_ms`` are skipped; a torn last line too)."""
+    rows: list[dict[str, Any]] = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(row, dict) and isinstance(row.get("step_ms"), (int, float)) \
+                        and not isinstance(row.get("step_ms"), bool):
+                    rows.append(row)
+    except FileNotFoundError:
+        pass
+    return rows
+
+
+def steady_ms(rows: list[dict[str, Any]], warmup: int = WARMUP_STEPS, skip: set[int] | None = None) -> list[float]:
+    """Step times after the warm-up, leaving out the iterations in ``skip`` (e.g. profiled ones)."""
+    skip = skip or set()
+    return [float(r["step_ms"]) for r in rows
+            if int(r.get("iteration", 0) or 0) > warmup and int(r.get("iteration", 0) or 0) not in skip]
+
+
+def spread(values: list[float]) -> float:
+    """(max - min) / median: what ``explain`` and the profile report as a run-to-run spread."""
+    if len(values) < 2:
+        return 0.0
+    med = statistics.median(values)
+    return (max(values) - min(values)) / med if med else 0.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+Launcher = Callable[[str, dict[str, str], str, float], int]
+
+
+def run_launcher(script: str, env: dict[str, str], log: str, timeout: float) -> int:
+    """``bash script`` with ``env`` on top of this process's environment, output to ``log``; the exit code
+    (124 when it ran past ``timeout``)."""
+    with open(log, "w", encoding="utf-8") as fh:
+        try:
+            proc = subprocess.run(["bash", script], env={**os.environ, **env}, stdout=fh, stderr=subprocess.STDOUT,
+                                  timeout=timeout, start_new_session=True)
+        except subprocess.TimeoutExpired:
+            return 124
+    return proc.returncode
+
+
+def measure(gen_dir: str, work: str, tag: str, timeout: float = 900.0, launcher: Launcher = run_launcher,
+            warmup: int = WARMUP_STEPS, skip: set[int] | None = None) -> Outcome:
+    """Run ``gen_dir/torchrun.sh`` once with MOCOMPILE_METRICS; ``tag`` names its metrics and log files."""
+    os.makedirs(work, exist_ok=True)
+    metrics, log = os.path.join(work, f"{tag}.jsonl"), os.path.join(work, f"{tag}.log")
+    if os.path.exists(metrics):
+        os.remove(metrics)  # a rerun after an interruption starts its metrics afresh
+    t0 = time.monotonic()
+    rc = launcher(os.path.join(gen_dir, "torchrun.sh"),
+                  {"MOCOMPILE_METRICS": os.path.abspath(metrics), "MASTER_PORT": str(free_port())}, log, timeout)
+    return Outcome(rc, steady_ms(read_metrics(metrics), warmup, skip), log, time.monotonic() - t0)
+
+
+class Progress:
+    """A one-line progress bar on stderr when it is a terminal, plain lines otherwise (CI logs)."""
+
+    def __init__(self, total: int, what: str, quiet: bool = False):
+        self.total, self.what, self.done, self.quiet = max(total, 1), what, 0, quiet
+        self.tty = sys.stderr.isatty()
+
+    def step(self, message: str) -> None:
+        if self.quiet:
+            return
+        bar = "#" * (20 * self.done // self.total)
+        line = f"{self.what} [{bar:<20}] {self.done}/{self.total} {message}"
+        if self.tty:
+            print("\r" + line[:120].ljust(120), end="", file=sys.stderr, flush=True)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def advance(self, message: str) -> None:
+        self.done += 1
+        self.step(message)
+
+    def close(self) -> None:
+        if self.tty and not self.quiet:
+            print(file=sys.stderr)
+
+
+def write_json_atomic(path: str, data: Any) -> None:
+    """Write ``data`` as JSON so that a reader (or a resumed run) sees the old or the new file whole."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=1, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)

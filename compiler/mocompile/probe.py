@@ -1,0 +1,277 @@
+"""`mocompile probe`: measure the user's own nodes and write a cluster profile.
+
+The step-time model's constants come from NVIDIA's published DGX runs. On another cluster the
+host launches kernels at another speed (the project's lent 4x H100 VMs: about 5x slower), so its
+absolute step times, and which plans are host-bound, differ. ``probe``:
+
+1. asks the target's Python what imports there (torch and its GPU, Transformer Engine, DeepEP,
+   HybridEP); whatever does not import is recorded as missing, never guessed;
+2. compiles a small host-bound MoE intent for the target (one node of its GPUs, every knob pinned) and
+   runs its generated torchrun launcher a few times with MOCOMPILE_METRICS;
+3. fits ``host_factor``: the value at which the step-time model predicts the measured median for
+   that very plan (the model is monotone in it; bisection on a log scale);
+4. writes the profile (``clusters/<name>.yaml``) atomically: ``host_factor``, what imported, the probe
+   runs with their spread, and which of the model's inputs it did NOT measure (GEMM efficiency,
+   all-to-all bandwidth: the DGX defaults stay).
+
+``--from-runs DIR`` fits from a probe's recorded metrics instead of running (the CPU tests use it).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import statistics
+import subprocess
+from typing import Any, Callable
+
+from mocompile import measure
+from mocompile.cluster import HOST_FACTOR
+from mocompile.errors import UsageError
+
+PROBE_NAME = "mocompile-probe"
+ITERATIONS = 25
+NOT_MEASURED = ("gemm_efficiency", "all_to_all_bandwidth")  # the model's DGX defaults stay for these
+
+# What the target's Python reports; run there (never imported here: mocompile needs no torch).
+ENV_SCRIPT = r"""
+import json, importlib
+out = {}
+def version(mod):
+    try:
+        m = importlib.import_module(mod)
+        return str(getattr(m, "__version__", "unknown"))
+    except Exception as exc:
+        return None
+out["torch"] = version("torch")
+if out["torch"]:
+    import torch
+    out["cuda_available"] = bool(torch.cuda.is_available())
+    out["device_count"] = torch.cuda.device_count() if out["cuda_available"] else 0
+    out["device_name"] = torch.cuda.get_device_name(0) if out["device_count"] else None
+out["transformer_engine"] = version("transformer_engine")
+out["deep_ep"] = version("deep_ep")
+try:
+    import deep_ep
+    out["hybrid_ep"] = bool(hasattr(deep_ep, "HybridEPBuffer"))
+except Exception:
+    out["hybrid_ep"] = False
+out["megatron_core"] = version("megatron.core")
+out["megatron_bridge"] = version("megatron.bridge")
+print("MOCOMPILE_PROBE_ENV " + json.dumps(out))
+"""
+
+
+def environment(python: str = "python3", timeout: float = 300.0) -> dict[str, Any]:
+    """What imports in the target's Python (a child process), with ``missing`` listing what does not."""
+    try:
+        proc = subprocess.run([python, "-c", ENV_SCRIPT], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"error": f"{python}: {exc}", "missing": ["python"]}
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("MOCOMPILE_PROBE_ENV ")), None)
+    if line is None:
+        return {"error": (proc.stderr or proc.stdout)[-400:], "missing": ["python"]}
+    env = json.loads(line.split(" ", 1)[1])
+    env["missing"] = [k for k in ("torch", "transformer_engine", "deep_ep", "megatron_core", "megatron_bridge")
+                      if not env.get(k)] + ([] if env.get("hybrid_ep") else ["hybrid_ep"]) + \
+        ([] if env.get("device_count") else ["gpu"])
+    return env
+
+
+def intent(gpu: str, gpus_per_node: int, te: str | None, iterations: int = ITERATIONS) -> dict[str, Any]:
+    """The probe's intent: a small MoE model whose step the host, not the GPU, decides (many short kernels
+    per layer, 64 experts), every knob pinned so that the plan does not move while the fit changes
+    ``host_factor``. One micro-batch per rank and two per step, alltoall (imports everywhere)."""
+    return {
+        "schema": 1, "name": PROBE_NAME,
+        "model": {"base": "tiny-moe", "num_layers": 8, "hidden_size": 1024, "ffn_hidden_size": 4096,
+                  "num_attention_heads": 8, "num_query_groups": 4, "kv_channels": 128, "num_moe_experts": 64,
+                  "moe_router_topk": 8, "moe_ffn_hidden_size": 512, "vocab_size": 32000},
+        "hardware": {"gpu": gpu, "nodes": 1, "gpus_per_node": gpus_per_node},
+        "goal": "throughput",
+        "training": {"seq_length": 1024, "global_batch_size": 2 * gpus_per_node, "micro_batch_size": 1,
+                     "precision": "bf16", "train_iters": iterations, "data": "mock", "seed": 1234},
+        "parallelism": {"tp": 1, "pp": 1, "vpp": 1, "cp": 1, "ep": gpus_per_node, "etp": 1},
+        "moe": {"force_balance": True, "dispatcher": "alltoall", "overlap": False, "delay_wgrad": False},
+        "recompute": {"granularity": "none"},
+        "cuda_graphs": {"impl": "none"},
+        "versions": {"transformer_engine": te or "none"},
+        "launch": {"targets": ["torchrun"]},
+    }
+
+
+def _profile_text(host_factor: float) -> str:
+    return f"schema: 1\nname: {PROBE_NAME}-trial\nhost_factor: {host_factor!r}\n"
+
+
+def predictor(work: str, recipe: str) -> Callable[[float], float]:
+    """Predicted step (s) of the probe plan for a given ``host_factor`` (a trial profile in ``work``)."""
+    from mocompile.pipeline import analyse
+
+    trial = os.path.join(work, "trial-cluster.yaml")
+    rel = os.path.relpath(trial, os.path.dirname(recipe))
+
+    def predict(h: float) -> float:
+        measure.write_text_atomic(trial, _profile_text(h))
+        res = analyse(recipe, [f"hardware.cluster={rel}"])
+        if res.errors or res.plan is None:
+            raise UsageError("the probe intent does not compile here: " +
+                             "; ".join(f"{d.rule}: {d.message}" for d in res.errors))
+        return float(res.plan.planner["chosen"]["step_time_s"])
+
+    return predict
+
+
+def fit_host_factor(measured_s: float, predict: Callable[[float], float]) -> tuple[float, str]:
+    """The ``host_factor`` at which ``predict`` equals ``measured_s`` (bisection on log h), and a note when
+    the measurement lies outside what any allowed factor predicts (the bound is returned then)."""
+    lo, hi = HOST_FACTOR
+    p_lo, p_hi = predict(lo), predict(hi)
+    if measured_s <= p_lo:
+        return lo, f"measured {measured_s * 1e3:.0f} ms is at or below the model's step at the lowest host factor"
+    if measured_s >= p_hi:
+        return hi, f"measured {measured_s * 1e3:.0f} ms is at or above the model's step at the highest host factor"
+    a, b = math.log(lo), math.log(hi)
+    for _ in range(40):
+        mid = (a + b) / 2
+        if predict(math.exp(mid)) < measured_s:
+            a = mid
+        else:
+            b = mid
+    return round(math.exp((a + b) / 2), 3), ""
+
+
+def profile_yaml(name: str, host_factor: float, env: dict[str, Any], runs: list[dict[str, Any]],
+                 predicted_dgx_ms: float, note: str, gpu: str, gpus_per_node: int) -> str:
+    """The profile file. Every string goes out JSON-quoted (a valid YAML scalar): the device name and
+    versions come from the target machine."""
+    q = json.dumps
+    medians = [r["median_ms"] for r in runs if r.get("median_ms")]
+    today = datetime.date.today().isoformat()
+    source = (f"mocompile probe {today}: host_factor fitted to the median step of the probe plan ({len(medians)} "
+              f"runs) on {gpus_per_node} x {gpu}" + (f"; {note}" if note else ""))
+    lines = [
+        "# Written by `mocompile probe`: what the step-time model needs to know about this cluster.",
+        "schema: 1",
+        f"name: {q(name)}",
+        f"host_factor: {host_factor}",
+        f"source: {q(source)}",
+        "probe:",
+        f"  date: {q(today)}",
+        f"  gpu: {q(gpu)}",
+        f"  gpus_per_node: {gpus_per_node}",
+        f"  device_name: {q(env.get('device_name'))}",
+        "  imports:",
+    ]
+    for k in ("torch", "transformer_engine", "deep_ep", "megatron_core", "megatron_bridge"):
+        lines.append(f"    {k}: {q(env.get(k))}")
+    lines.append(f"    hybrid_ep: {q(bool(env.get('hybrid_ep')))}")
+    lines.append(f"  missing: {q(env.get('missing', []))}")
+    lines.append(f"  not_measured: {q(list(NOT_MEASURED))}")
+    lines.append(f"  plan: {q(PROBE_NAME)}")
+    lines.append(f"  predicted_dgx_ms: {round(predicted_dgx_ms, 1)}")
+    lines.append(f"  median_ms: {round(statistics.median(medians), 1) if medians else 'null'}")
+    lines.append(f"  spread: {round(measure.spread(medians), 3)}")
+    lines.append("  runs:")
+    for r in runs:
+        lines.append(f"    - {q(r)}")
+    return "\n".join(lines) + "\n"
+
+
+def probe(output: str, gpu: str, gpus_per_node: int, name: str | None = None, repeats: int = 3,
+          iterations: int = ITERATIONS, python: str = "python3", work: str | None = None,
+          from_runs: str | None = None, launcher: measure.Launcher = measure.run_launcher,
+          quiet: bool = False) -> dict[str, Any]:
+    """Run (or read) the probe, fit, write the profile; returns the report (text and JSON print it)."""
+    from mocompile.emit.writer import write_outputs
+    from mocompile.pipeline import compile_recipe
+    from mocompile.project import find_root
+
+    if repeats < 1 or iterations <= measure.WARMUP_STEPS + 2:
+        raise UsageError(f"--repeats must be >= 1 and --iterations > {measure.WARMUP_STEPS + 2} (warm-up steps "
+                         "are not timed)")
+    root = find_root(os.path.dirname(os.path.abspath(output))) or os.getcwd()
+    work = os.path.abspath(work or os.path.join(root, ".mocompile", "probe"))
+    if os.path.commonpath([root, work]) != root:
+        raise UsageError(f"--work {work} lies outside the project {root}")
+    os.makedirs(os.path.join(work, "runs"), exist_ok=True)
+    env = environment(python) if from_runs is None else _recorded_env(from_runs)
+    if from_runs is None and env.get("missing") and "python" in env["missing"]:
+        raise UsageError(f"the target Python does not run: {env.get('error')}")
+    te = env.get("transformer_engine")
+    te = ".".join(te.split(".")[:3]) if te and te[0].isdigit() else None
+    recipe = os.path.join(work, "probe.yaml")
+    measure.write_text_atomic(recipe, "# written by mocompile probe\n" +
+                              json.dumps(intent(gpu, gpus_per_node, te, iterations), indent=1) + "\n")
+    gen = os.path.join(work, "generated")
+    if from_runs is None:
+        res = compile_recipe(recipe, [], [], os.path.relpath(gen, root))
+        if res.errors or not res.files or res.plan is None:
+            raise UsageError("the probe intent does not compile for this target: " +
+                             "; ".join(f"{d.rule}: {d.message}" for d in res.errors))
+        problem = write_outputs(gen, res.plan.name, res.files, force=True)
+        if problem:
+            raise UsageError(problem)
+    runs: list[dict[str, Any]] = []
+    bar = measure.Progress(repeats, "probe", quiet)
+    for i in range(repeats):
+        tag = f"probe-{i + 1}"
+        if from_runs is not None:
+            steps = measure.steady_ms(measure.read_metrics(os.path.join(from_runs, f"{tag}.jsonl")))
+            rc = 0 if steps else 1
+        else:
+            bar.step(f"run {i + 1} of {repeats} ({iterations} iterations)")
+            out = measure.measure(os.path.join(gen, PROBE_NAME), os.path.join(work, "runs"), tag, launcher=launcher)
+            steps, rc = out.step_ms, out.rc
+        runs.append({"run": i + 1, "rc": rc, "steps": len(steps),
+                     "median_ms": round(statistics.median(steps), 2) if steps else None})
+        bar.advance(f"run {i + 1}: " + (f"{runs[-1]['median_ms']:.0f} ms/step" if steps else f"failed (rc {rc})"))
+    bar.close()
+    medians = [r["median_ms"] for r in runs if r["median_ms"]]
+    if not medians:
+        log = os.path.join(work, "runs", "probe-1.log")
+        raise UsageError(f"no probe run produced step times (see {log}); the profile was not written")
+    predict = predictor(work, recipe)
+    measured_s = statistics.median(medians) / 1000.0
+    factor, note = fit_host_factor(measured_s, predict)
+    dgx = predict(1.0) * 1000.0
+    text = profile_yaml(name or os.path.splitext(os.path.basename(output))[0], factor, env, runs, dgx, note,
+                        gpu, gpus_per_node)
+    os.makedirs(os.path.dirname(os.path.abspath(output)) or ".", exist_ok=True)
+    measure.write_text_atomic(output, text)
+    return {"profile": output, "host_factor": factor, "note": note, "measured_ms": round(measured_s * 1e3, 1),
+            "spread": round(measure.spread(medians), 3), "predicted_dgx_ms": round(dgx, 1), "runs": runs,
+            "environment": {k: v for k, v in env.items() if k != "error"}, "not_measured": list(NOT_MEASURED)}
+
+
+def _recorded_env(folder: str) -> dict[str, Any]:
+    path = os.path.join(folder, "environment.json")
+    if not os.path.isfile(path):
+        return {"missing": ["environment (not recorded)"]}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except ValueError as exc:
+        raise UsageError(f"{path} is not JSON: {exc}") from None
+    return data if isinstance(data, dict) else {"missing": ["environment (not recorded)"]}
+
+
+def text(report: dict[str, Any]) -> str:
+    from mocompile.textsafe import visible
+
+    env = report["environment"]
+    lines = [f"wrote {visible(report['profile'])}: host_factor {report['host_factor']} (the probe plan measured "
+             f"{report['measured_ms']:.0f} ms/step, spread {report['spread']:.0%}, over "
+             f"{sum(1 for r in report['runs'] if r['median_ms'])} runs; "
+             f"the model predicts {report['predicted_dgx_ms']:.0f} ms on a DGX-class host)"]
+    if report["note"]:
+        lines.append(f"note: {report['note']}")
+    lines.append("imports: " + ", ".join(f"{k} {visible(env.get(k))}" for k in
+                                         ("torch", "transformer_engine", "deep_ep", "megatron_core", "megatron_bridge")))
+    if env.get("missing"):
+        lines.append("missing: " + ", ".join(visible(m) for m in env["missing"]))
+    lines.append("not measured (DGX defaults kept): " + ", ".join(report["not_measured"]))
+    lines.append(f"use it: hardware: {{cluster: {visible(report['profile'])}}} in an intent")
+    return "\n".join(lines)

@@ -1,0 +1,286 @@
+"""`mocompile probe` and `mocompile tune`: the measure loop, on recorded and hand-built runs (CPU).
+
+The launcher is stood in for by a function with the launcher's contract (run ``torchrun.sh`` with
+MOCOMPILE_METRICS set, write one JSON line per step there, return the exit code), which reads the plan
+it was asked to run from the lock ``compile`` wrote beside the script. Everything else is real: the
+probe intent and every tuned plan compile through the real pipeline into real generated folders, the
+profile is read back by the real cluster reader, the recipe edit is re-analysed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_cli
+from mocompile import cluster, measure, probe, tune
+from mocompile.errors import UsageError
+from mocompile.pipeline import analyse
+
+
+def _project(tmp_path: Path) -> Path:
+    (tmp_path / "pyproject.toml").write_text("")
+    return tmp_path
+
+
+def _metrics(path: str, ms: float, iterations: int = 25, jitter: float = 0.0) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        for i in range(1, iterations + 1):
+            fh.write(json.dumps({"iteration": i, "step_ms": ms * (1 + jitter * ((i % 3) - 1))}) + "\n")
+
+
+def _python(tmp_path: Path, env: dict | None = None) -> str:
+    """A stand-in for the target's Python: answers the probe's import question like a GPU host would."""
+    report = env or {"torch": "2.11.0", "cuda_available": True, "device_count": 2, "device_name": "NVIDIA H100",
+                     "transformer_engine": None, "deep_ep": None, "hybrid_ep": False,
+                     "megatron_core": "0.19.2", "megatron_bridge": "0.6.2"}
+    path = tmp_path / "python-standin"
+    path.write_text("#!/bin/sh\necho 'MOCOMPILE_PROBE_ENV " + json.dumps(report) + "'\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def _settings(script: str) -> dict:
+    lock = json.loads(Path(script).with_name("mocompile.lock.json").read_text())
+    return {k: v["value"] for k, v in lock["settings"].items()}
+
+
+# ---------------------------------------------------------------- measuring one run
+def test_steady_steps_leave_out_the_warm_up_and_torn_lines(tmp_path):
+    p = tmp_path / "m.jsonl"
+    rows = [{"iteration": i, "step_ms": 1000.0 if i <= 5 else 100.0 + i} for i in range(1, 9)]
+    p.write_text("\n".join(json.dumps(r) for r in rows) + '\n{"iteration": 9, "step_')  # killed mid-line
+    assert measure.steady_ms(measure.read_metrics(str(p))) == [106.0, 107.0, 108.0]  # iterations 6-8 only
+    assert measure.spread([90.0, 100.0, 110.0]) == pytest.approx(0.2)  # (max - min) / median
+    assert measure.spread([100.0]) == 0.0
+
+
+# ---------------------------------------------------------------- probe
+def test_probe_recovers_the_host_factor_that_produced_its_step_times(tmp_path):
+    """Worked answer: step times the model predicts at host_factor 3.0 for the probe plan, recorded as three
+    runs (+-2 % jitter), fit back to 3.0 within 2 %; the profile is read by the real cluster reader."""
+    root = _project(tmp_path)
+    work = root / ".mocompile" / "probe"
+    work.mkdir(parents=True)
+    (work / "probe.yaml").write_text(json.dumps(probe.intent("h100", 4, "2.12.0")))
+    truth = probe.predictor(str(work), str(work / "probe.yaml"))(3.0) * 1000
+    runs = root / "recorded"
+    runs.mkdir()
+    for i, scale in enumerate((0.98, 1.0, 1.02), 1):
+        _metrics(str(runs / f"probe-{i}.jsonl"), truth * scale, jitter=0.01)
+    (runs / "environment.json").write_text(json.dumps({"torch": "2.11.0", "transformer_engine": "2.12.0",
+                                                       "deep_ep": None, "hybrid_ep": False, "device_name": "H100",
+                                                       "missing": ["deep_ep", "hybrid_ep"]}))
+    out = root / "clusters" / "mine.yaml"
+    rep = probe.probe(str(out), "h100", 4, from_runs=str(runs), quiet=True)
+    assert rep["host_factor"] == pytest.approx(3.0, rel=0.02)
+    assert rep["predicted_dgx_ms"] < rep["measured_ms"]  # the same plan is faster on a DGX-class host
+    # the profile is a valid cluster profile, and the same plan predicts the measured median with it
+    (work / "probe.yaml").write_text(json.dumps(dict(probe.intent("h100", 4, "2.12.0"),
+                                                     hardware={"gpu": "h100", "nodes": 1, "gpus_per_node": 4,
+                                                               "cluster": "../../clusters/mine.yaml"})))
+    plan = analyse(str(work / "probe.yaml")).plan
+    assert plan.hardware["cluster"]["host_factor"] == rep["host_factor"]
+    assert plan.planner["chosen"]["step_time_s"] * 1000 == pytest.approx(rep["measured_ms"], rel=0.01)
+    text = out.read_text()
+    assert '"deep_ep", "hybrid_ep"' in text and "not_measured" in text  # missing pieces are named, not guessed
+
+
+def test_probe_through_the_launcher_contract_writes_nothing_when_no_run_produced_steps(tmp_path):
+    root = _project(tmp_path)
+    out = root / "clusters" / "mine.yaml"
+    out.parent.mkdir()
+    out.write_text("schema: 1\nhost_factor: 2.0\n")  # an earlier profile: must survive a failed probe
+
+    def crashes(script, env, log, timeout):
+        Path(log).write_text("CUDA error: no kernel image\n")
+        return 1
+
+    with pytest.raises(UsageError, match="no probe run produced step times"):
+        probe.probe(str(out), "h100", 2, launcher=crashes, quiet=True, python=_python(tmp_path))
+    assert out.read_text() == "schema: 1\nhost_factor: 2.0\n"
+
+
+def test_probe_runs_the_generated_launcher_of_a_compiled_probe_plan(tmp_path):
+    root = _project(tmp_path)
+    seen = []
+
+    def launcher(script, env, log, timeout):
+        seen.append((script, _settings(script)))
+        _metrics(env["MOCOMPILE_METRICS"], 500.0)
+        return 0
+
+    rep = probe.probe(str(root / "clusters" / "c.yaml"), "h100", 2, repeats=2, launcher=launcher, quiet=True,
+                      python=_python(tmp_path))
+    assert len(seen) == 2 and all(s.endswith("generated/mocompile-probe/torchrun.sh") for s, _ in seen)
+    s = seen[0][1]
+    assert (s["expert_model_parallel_size"], s["moe_token_dispatcher_type"], s["cuda_graph_impl"]) == (2, "alltoall", "none")
+    assert rep["measured_ms"] == 500.0 and 0.1 <= rep["host_factor"] <= 100
+    # no TE there: the probe plan is compiled for Megatron's local layer spec, and what is missing is named
+    assert rep["environment"]["missing"] == ["transformer_engine", "deep_ep", "hybrid_ep"]
+    assert json.loads(Path(seen[0][0]).with_name("mocompile.lock.json").read_text())["versions"][
+        "transformer_engine"] is None
+
+
+def test_probe_records_what_does_not_import_as_missing(tmp_path):
+    assert probe.environment("/nonexistent/python")["missing"] == ["python"]
+    bare = _python(tmp_path, {"torch": None, "transformer_engine": None, "deep_ep": None, "hybrid_ep": False})
+    assert probe.environment(bare)["missing"] == ["torch", "transformer_engine", "deep_ep", "megatron_core",
+                                                  "megatron_bridge", "hybrid_ep", "gpu"]
+
+
+def test_fit_stops_at_the_bounds_and_says_so():
+    assert probe.fit_host_factor(0.001, lambda h: 0.1 + h)[0] == 0.1
+    factor, note = probe.fit_host_factor(1000.0, lambda h: 0.1 + h)
+    assert factor == 100.0 and "highest host factor" in note
+    assert probe.fit_host_factor(5.1, lambda h: 0.1 + h)[0] == pytest.approx(5.0, rel=1e-3)
+
+
+# ---------------------------------------------------------------- the halving schedule
+def _race(times: dict[str, float], repeats: int = 3, fail: set[str] = frozenset()) -> tuple[list[str], dict]:
+    order, runs, calls = list(times), {}, []
+    while (p := tune.next_run(order, runs, repeats)) is not None:
+        calls.append(p)
+        runs.setdefault(p, []).append(None if p in fail else times[p])
+    return calls, runs
+
+
+def test_halving_runs_everyone_once_then_the_faster_half_until_two_have_three_runs():
+    """Worked answer: four plans at 100/90/120/95 ms. Rung 0 runs all four; c2 and c4 (the faster half) run
+    again; the last two run to three runs each; c2 wins. 8 runs, not 12."""
+    calls, runs = _race({"c1": 100, "c2": 90, "c3": 120, "c4": 95})
+    assert calls == ["c1", "c2", "c3", "c4", "c2", "c4", "c2", "c4"]
+    assert tune.winner(list(runs), runs) == "c2"
+    assert tune._planned_runs(4, 3) == 8
+
+
+def test_halving_keeps_the_last_pair_and_drops_a_failed_plan_at_once():
+    calls, runs = _race({"c1": 100, "c2": 90, "c3": 95}, fail={"c2"})
+    assert calls.count("c2") == 1  # failed (e.g. out of memory): never run again, never the winner
+    assert calls.count("c1") == 3 and calls.count("c3") == 3
+    assert tune.winner(["c1", "c2", "c3"], runs) == "c3"
+    calls, runs = _race({"c1": 100, "c2": 90}, fail={"c1", "c2"})
+    assert calls == ["c1", "c2"] and tune.winner(["c1", "c2"], runs) is None
+    calls, _ = _race({"c1": 100}, repeats=2)
+    assert calls == ["c1", "c1"]
+
+
+def test_six_plans_take_eleven_runs():
+    calls, runs = _race({f"c{i}": 100 + i for i in range(1, 7)})
+    assert len(calls) == 11 and tune.winner(list(runs), runs) == "c1"
+
+
+# ---------------------------------------------------------------- tune end to end (launcher stood in for)
+def _tune_project(tmp_path: Path) -> Path:
+    root = _project(tmp_path)
+    (root / "recipes").mkdir()
+    (root / "clusters").mkdir()
+    shutil.copy(ROOT / "clusters" / "lent-h100x4.yaml", root / "clusters")
+    text = (ROOT / "recipes" / "bench" / "bench-te-mid-auto.yaml").read_text().replace("../../clusters", "../clusters")
+    (root / "recipes" / "te.yaml").write_text(text)
+    return root / "recipes" / "te.yaml"
+
+
+def _cluster_time(script: str) -> float:
+    """A made-up cluster where the flex dispatchers win by 10 % and CUDA graphs cost 5 %."""
+    s = _settings(script)
+    return 700.0 * (0.9 if s["moe_token_dispatcher_type"] == "flex" else 1.0) * \
+        (1.05 if s.get("cuda_graph_impl", "none") != "none" else 1.0)
+
+
+def test_tune_measures_the_close_plans_records_them_and_pins_the_winner_only_with_write(tmp_path):
+    recipe = _tune_project(tmp_path)
+    before = recipe.read_text()
+    calls = []
+
+    def launcher(script, env, log, timeout):
+        calls.append(Path(script).parent.name)
+        _metrics(env["MOCOMPILE_METRICS"], _cluster_time(script), iterations=20)
+        return 0
+
+    rep = tune.tune(str(recipe), launcher=launcher, quiet=True)
+    tune.finish(rep, str(recipe), [], write=False)
+    assert recipe.read_text() == before  # never edited without --write
+    assert len(calls) == tune._planned_runs(len(rep["plans"]), 3)
+    band = rep["band"]
+    predicted = [r["predicted_ms"] for r in rep["plans"]]
+    assert max(predicted) <= min(predicted) * (1 + band) + 1  # only plans the model cannot separate
+    assert rep["plans"][0]["chosen_by_model"]
+    best = min((r for r in rep["plans"] if r["measured_ms"]), key=lambda r: r["measured_ms"])
+    assert best["winner"] and "deepep" in best["plan"] or "hybridep" in best["plan"]
+    # the profile gained one entry per measured plan and still reads as a profile
+    prof = recipe.parent.parent / "clusters" / "lent-h100x4.yaml"
+    assert rep["profile_entries_added"] == sum(1 for r in rep["plans"] if r["measured_ms"])
+    assert "host_factor: 5.18" in prof.read_text() and "# The 4x H100" in prof.read_text()  # comments kept
+    assert analyse(str(recipe)).plan.hardware["cluster"]["host_factor"] == 5.18
+    # --write pins the winner: the recipe then compiles to exactly that plan
+    tune.finish(rep, str(recipe), [], write=True)
+    assert "# Transformer Engine grid" in recipe.read_text()  # the user's comments survive the edit
+    assert analyse(str(recipe)).plan.planner["chosen"]["plan"] == best["plan"]
+
+
+def test_tune_resumes_after_an_interruption_without_repeating_finished_runs(tmp_path):
+    recipe = _tune_project(tmp_path)
+    calls = []
+
+    def launcher(script, env, log, timeout):
+        if len(calls) == 3:
+            calls.append("interrupted")
+            raise KeyboardInterrupt
+        calls.append(Path(script).parent.name)
+        _metrics(env["MOCOMPILE_METRICS"], _cluster_time(script), iterations=20)
+        return 0
+
+    with pytest.raises(KeyboardInterrupt):
+        tune.tune(str(recipe), launcher=launcher, quiet=True)
+    first = len(calls) - 1
+    rep = tune.tune(str(recipe), launcher=launcher, quiet=True)
+    assert rep["resumed"] and first == 3
+    assert len(calls) - 1 == tune._planned_runs(len(rep["plans"]), 3)  # 3 before, the rest after, none twice
+    # another option starts afresh
+    rep2 = tune.tune(str(recipe), launcher=launcher, quiet=True, repeats=2)
+    assert not rep2["resumed"]
+
+
+def test_a_plan_that_fails_on_the_cluster_is_dropped_and_named(tmp_path):
+    recipe = _tune_project(tmp_path)
+
+    def launcher(script, env, log, timeout):
+        if _settings(script)["moe_token_dispatcher_type"] == "flex":
+            Path(log).write_text("RUN003 deep_ep does not import\n")
+            return 3  # the preflight stops a dispatcher that does not import there
+        _metrics(env["MOCOMPILE_METRICS"], _cluster_time(script), iterations=20)
+        return 0
+
+    rep = tune.tune(str(recipe), launcher=launcher, quiet=True)
+    flex = [r for r in rep["plans"] if "deepep" in r["plan"] or "hybridep" in r["plan"]]
+    assert flex and all(r["runs"] == [None] and r["errors"] and not r["winner"] for r in flex)
+    assert "alltoall" in rep["winner_plan"]
+
+
+# ---------------------------------------------------------------- the command line
+@pytest.mark.parametrize("args,needle", [
+    (["tune", "missing.yaml"], "no such recipe"),
+    (["tune", "recipes/tiny-moe-h100x2.yaml", "--band", "2"], "--band"),
+    (["tune", "recipes/tiny-moe-h100x2.yaml", "--iterations", "3"], "--iterations"),
+    (["probe", "-o", "clusters/x.yaml", "--gpu", "h100", "--gpus-per-node", "0"], "--gpus-per-node"),
+    (["probe", "-o", "clusters/x.yaml", "--gpu", "h100"], "--gpus-per-node"),
+])
+def test_bad_options_exit_2_with_a_message_and_no_traceback(args, needle):
+    proc = run_cli(*args)
+    assert proc.returncode == 2 and needle in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_profile_with_a_malformed_measured_list_is_refused_with_its_position(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "c.yaml").write_text("schema: 1\nhost_factor: 2\nmeasured: {a: 1}\n")
+    (tmp_path / "r.yaml").write_text("schema: 1\nmodel: tiny-moe\nhardware: {gpu: h100, gpus_per_node: 2, "
+                                     "cluster: c.yaml}\ngoal: bring-up\n")
+    proc = run_cli("lint", str(tmp_path / "r.yaml"))
+    assert proc.returncode == 2 and "c.yaml:3:" in proc.stdout + proc.stderr and "`measured` must be a list" in \
+        proc.stdout + proc.stderr
+    assert cluster.KEYS["probe"]
