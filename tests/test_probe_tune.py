@@ -284,3 +284,13 @@ def test_a_profile_with_a_malformed_measured_list_is_refused_with_its_position(t
     assert proc.returncode == 2 and "c.yaml:3:" in proc.stdout + proc.stderr and "`measured` must be a list" in \
         proc.stdout + proc.stderr
     assert cluster.KEYS["probe"]
+
+
+def test_tune_skips_plans_whose_dispatcher_the_probe_found_missing(tmp_path):
+    recipe = _tune_project(tmp_path)
+    prof = recipe.parent.parent / "clusters" / "lent-h100x4.yaml"
+    prof.write_text(prof.read_text() + 'probe:\n  missing: ["deep_ep", "hybrid_ep"]\n')
+    plans, _ = tune.candidates(str(recipe), [], None, 8)
+    assert plans and all(p["pins"]["moe.dispatcher"] == "alltoall" for p in plans)
+    prof.write_text(prof.read_text().replace('["deep_ep", "hybrid_ep"]', '["hybrid_ep"]'))
+    assert {p["pins"]["moe.dispatcher"] for p in tune.candidates(str(recipe), [], None, 8)[0]} == {"alltoall", "deepep"}

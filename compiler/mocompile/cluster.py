@@ -85,7 +85,8 @@ def read(doc: Document) -> None:
     doc.text[full] = text
     doc.files.insert(0, full)  # hashed like a base file: a changed profile makes generated files stale
     doc.cluster = {"path": path, "file": full, "sha256": hashlib.sha256(text.encode()).hexdigest()[:16],
-                   "name": data.get("name"), "source": data.get("source"), "host_factor": float(factor)}
+                   "name": data.get("name"), "source": data.get("source"), "host_factor": float(factor),
+                   "missing": [str(m) for m in (data.get("probe") or {}).get("missing") or []]}
 
 
 def apply(hw: dict[str, Any], doc: Document) -> dict[str, Any]:

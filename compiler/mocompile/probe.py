@@ -23,6 +23,7 @@ import datetime
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 from typing import Any, Callable
@@ -200,8 +201,8 @@ def probe(output: str, gpu: str, gpus_per_node: int, name: str | None = None, re
     env = environment(python) if from_runs is None else _recorded_env(from_runs)
     if from_runs is None and env.get("missing") and "python" in env["missing"]:
         raise UsageError(f"the target Python does not run: {env.get('error')}")
-    te = env.get("transformer_engine")
-    te = ".".join(te.split(".")[:3]) if te and te[0].isdigit() else None
+    m = re.match(r"\d+\.\d+(\.\d+)?", str(env.get("transformer_engine") or ""))
+    te = m.group(0) if m else None  # "2.12.0+cu13" -> "2.12.0": the intent's versions take numbers only
     recipe = os.path.join(work, "probe.yaml")
     measure.write_text_atomic(recipe, "# written by mocompile probe\n" +
                               json.dumps(intent(gpu, gpus_per_node, te, iterations), indent=1) + "\n")

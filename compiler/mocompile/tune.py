@@ -27,6 +27,8 @@ from mocompile import measure
 from mocompile.errors import UsageError
 
 ITERATIONS = 20
+# What a dispatcher needs to import on the cluster (the names `mocompile probe` records as missing).
+DISPATCHER_NEEDS = {"deepep": "deep_ep", "hybridep": "hybrid_ep"}
 MAX_PLANS = 4
 REPEATS = 3
 
@@ -80,7 +82,8 @@ def winner(order: list[str], runs: dict[str, list[float | None]]) -> str | None:
 # ---------------------------------------------------------------- the candidates
 def candidates(recipe: str, sets: list[str], band: float | None, max_plans: int) -> tuple[list[dict[str, Any]], float]:
     """The plans within ``band`` (default: the model's trust margin) of the fastest predicted, the chosen
-    plan first, at most ``max_plans``; and the band used."""
+    plan first, at most ``max_plans``; and the band used. A plan whose dispatcher the cluster profile's
+    probe found missing there (deep_ep, HybridEP) is not worth a run."""
     from mocompile.pipeline import analyse
 
     res = analyse(recipe, sets)
@@ -88,6 +91,7 @@ def candidates(recipe: str, sets: list[str], band: float | None, max_plans: int)
         problems = "; ".join(f"{d.rule}: {d.message}" for d in res.errors) or "no plan"
         raise UsageError(f"{recipe} does not compile: {problems}")
     p = res.plan.planner
+    missing = set((getattr(res.doc, "cluster", None) or {}).get("missing") or [])
     if band is None:
         band = p.get("trust_margin") if p.get("trust_margin") is not None else 0.16
     pool = [p["chosen"]] + [x for x in (p.get("reference"), p.get("best")) if x] + list(p.get("runners_up") or [])
@@ -96,6 +100,9 @@ def candidates(recipe: str, sets: list[str], band: float | None, max_plans: int)
     out: list[dict[str, Any]] = []
     for x in pool:
         if x["plan"] in seen or "pins" not in x or x["step_time_s"] > fastest * (1 + band):
+            continue
+        needs = DISPATCHER_NEEDS.get(x["pins"].get("moe.dispatcher"))
+        if needs and needs in missing:  # the probe found it does not import there: a run would only fail
             continue
         seen.add(x["plan"])
         out.append({"plan": x["plan"], "pins": x["pins"], "predicted_s": x["step_time_s"],

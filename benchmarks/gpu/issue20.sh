@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Issue 20 device driver: the measure loop on a 4-GPU host, run through mocompile's own commands.
+# Usage (repo root on the host; carry .te .whl .mcdeps):  OUT=<dir> benchmarks/gpu/issue20.sh PHASE...
+#   setup     TE from .te/ (te.sh), the Megatron wheel set (prepare_host.sh), mocompile's own four
+#             dependencies from .mcdeps/ into /tmp/mcdeps; skipped when /tmp/site already has them
+#   probe     mocompile probe -> clusters/lent-h100x4-probe.yaml (copied to $OUT)
+#   ab:N      round N of the diagnose A/B: the auto plan of bench-te-mid (traced, iterations 26-28),
+#             `mocompile diagnose` on that run, then the change it ranks first compiled and run; both
+#             timed on iterations 6-24 (the profiled ones left out of both)
+#   tune      mocompile tune recipes/bench/bench-te-mid-auto.yaml with the probed profile
+# Everything lands in $OUT: console log, metrics, diagnose/tune/probe JSON, the profile, traces (small).
+set -uo pipefail
+mkdir -p "${OUT}"
+exec > >(tee -a "${OUT}/console.log") 2>&1
+t0=${SECONDS}
+repo="$(pwd)"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export PYTHONPATH="/tmp/mcdeps:${repo}/compiler:/tmp/site${PYTHONPATH:+:${PYTHONPATH}}"
+CUDA_HOME="$(readlink -f "${CUDA_HOME:-/usr/local/cuda}")"; export CUDA_HOME
+mc() { python3 -m mocompile "$@"; }
+say() { echo "issue20: $* at $((SECONDS - t0)) s"; }
+RECIPE=recipes/bench/bench-te-mid-auto.yaml
+PROFILE=clusters/lent-h100x4-probe.yaml
+
+run_plan() {  # GENERATED_DIR RUN_DIR: one launcher run in its own folder (Bridge writes ./torch_profile there)
+  local gen="$1" dir="$2"
+  mkdir -p "${dir}"
+  (cd "${dir}" && MOCOMPILE_METRICS="${dir}/metrics.jsonl" MASTER_PORT=$((29500 + RANDOM % 500)) \
+    timeout 300 bash "${repo}/${gen}/torchrun.sh" > "${dir}/log.txt" 2>&1)
+  local rc=$?
+  python3 - "${dir}/metrics.jsonl" "${rc}" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])] if __import__("os").path.exists(sys.argv[1]) else []
+ms = [r["step_ms"] for r in rows if 5 < r["iteration"] < 25]
+print(f"  rc={sys.argv[2]} steps={len(rows)} median(6-24)={statistics.median(ms):.1f} ms" if ms else f"  rc={sys.argv[2]} no steps")
+EOF
+}
+
+for phase in "$@"; do
+  case "${phase}" in
+    setup)
+      if python3 -c "import transformer_engine.pytorch, megatron.bridge, ruamel.yaml, cerberus" 2>/dev/null; then
+        say "setup: already there"; continue
+      fi
+      OUT="${OUT}" bash benchmarks/gpu/te.sh > "${OUT}/te-console.log" 2>&1 || { tail -30 "${OUT}/te-console.log"; say "TE failed"; exit 4; }
+      bash benchmarks/gpu/prepare_host.sh .whl /tmp/site > "${OUT}/prepare.log" 2>&1 || { tail -30 "${OUT}/prepare.log"; exit 4; }
+      python3 -m pip install -q --no-index --no-deps --target /tmp/mcdeps .mcdeps/*.whl
+      python3 -c "import transformer_engine.pytorch, megatron.bridge, ruamel.yaml, cerberus, jinja2; print('imports ok')"
+      nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv
+      nproc
+      say "setup done"
+      ;;
+    probe)
+      mc probe -o "${PROFILE}" --gpu h100 --gpus-per-node 4 --name lent-h100x4-probe --repeats 3 --iterations 25 \
+        --format json > "${OUT}/probe.json"
+      say "probe rc=$?"; head -40 "${OUT}/probe.json"
+      cp "${PROFILE}" "${OUT}/" 2>/dev/null
+      mkdir -p "${OUT}/probe-runs"; cp .mocompile/probe/runs/*.jsonl "${OUT}/probe-runs/" 2>/dev/null
+      tail -5 .mocompile/probe/runs/probe-1.log 2>/dev/null
+      ;;
+    ab:*)
+      n="${phase#ab:}"
+      say "A/B round ${n}: auto"
+      run_plan generated/bench-te-mid-auto "/tmp/ab/auto-${n}"
+      if [[ ! -f /tmp/ab/change ]]; then
+        mc diagnose "/tmp/ab/auto-${n}" --lock generated/bench-te-mid-auto/mocompile.lock.json --recipe "${RECIPE}" \
+          --format json > "${OUT}/diagnose-auto-${n}.json"
+        mc diagnose "/tmp/ab/auto-${n}" --lock generated/bench-te-mid-auto/mocompile.lock.json --recipe "${RECIPE}"
+        python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['set_line'] or '')" \
+          "${OUT}/diagnose-auto-${n}.json" > /tmp/ab/change
+        cp /tmp/ab/change "${OUT}/change.txt"
+      fi
+      change="$(cat /tmp/ab/change)"
+      if [[ -n "${change}" ]]; then
+        # shellcheck disable=SC2086  # the --set line is one or more words by design
+        mc compile "${RECIPE}" ${change} --set name=bench-te-mid-change -o generated --force > /dev/null
+        say "A/B round ${n}: ${change}"
+        run_plan generated/bench-te-mid-change "/tmp/ab/change-${n}"
+      fi
+      mkdir -p "${OUT}/ab"
+      for d in /tmp/ab/*-"${n}"; do cp "${d}/metrics.jsonl" "${OUT}/ab/$(basename "${d}").jsonl" 2>/dev/null; done
+      cp /tmp/ab/auto-"${n}"/log.txt "${OUT}/ab/auto-${n}.log" 2>/dev/null
+      ;;
+    tune)
+      mc tune "${RECIPE}" --set "hardware.cluster=../../${PROFILE}" --max-plans 4 --iterations 20 --repeats 3 \
+        --timeout 240 --format json > "${OUT}/tune.json"
+      say "tune rc=$?"; head -60 "${OUT}/tune.json"
+      cp "${PROFILE}" "${OUT}/" 2>/dev/null
+      mkdir -p "${OUT}/tune-runs"; cp .mocompile/tune/bench-te-mid-auto/runs/*.jsonl "${OUT}/tune-runs/" 2>/dev/null
+      cp .mocompile/tune/bench-te-mid-auto/state.json "${OUT}/tune-state.json" 2>/dev/null
+      ;;
+    *) echo "unknown phase ${phase}" >&2; exit 2 ;;
+  esac
+done
+# the first traced auto run's rank-0 trace, if small enough to come back
+t="$(find /tmp/ab -path '*auto-1*' -name '*.json*' -size -15M 2>/dev/null | grep -v metrics | head -1)"
+[[ -n "${t}" && ! -f "${OUT}/trace-auto-1.json.gz" ]] && { gzip -c "${t}" > "${OUT}/trace-auto-1.json.gz" 2>/dev/null || cp "${t}" "${OUT}/"; }
+say "done"
