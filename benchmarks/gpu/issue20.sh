@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Issue 20 device driver: the measure loop on a 4-GPU host, run through mocompile's own commands.
 # Usage (repo root on the host; carry .te .whl .mcdeps):  OUT=<dir> benchmarks/gpu/issue20.sh PHASE...
+# Environment: RECIPE (default recipes/bench/bench-te-mid2-auto.yaml, 2 GPUs), GPUS (2), PROFILE.
 #   setup     TE from .te/ (te.sh), the Megatron wheel set (prepare_host.sh), mocompile's own four
 #             dependencies from .mcdeps/ into /tmp/mcdeps; skipped when /tmp/site already has them
-#   probe     mocompile probe -> clusters/lent-h100x4-probe.yaml (copied to $OUT)
-#   ab:N      round N of the diagnose A/B: the auto plan of bench-te-mid (traced, iterations 26-28),
+#   probe     mocompile probe -> $PROFILE (copied to $OUT)
+#   ab:N      round N of the diagnose A/B: RECIPE's plan as compiled (traced, iterations 26-28),
 #             `mocompile diagnose` on that run, then the change it ranks first compiled and run; both
 #             timed on iterations 6-24 (the profiled ones left out of both)
-#   tune      mocompile tune recipes/bench/bench-te-mid-auto.yaml with the probed profile
+#   tune      mocompile tune RECIPE with the probed profile
 # Everything lands in $OUT: console log, metrics, diagnose/tune/probe JSON, the profile, traces (small).
 set -uo pipefail
 mkdir -p "${OUT}"
@@ -19,8 +20,10 @@ export PYTHONPATH="/tmp/mcdeps:${repo}/compiler:/tmp/site${PYTHONPATH:+:${PYTHON
 CUDA_HOME="$(readlink -f "${CUDA_HOME:-/usr/local/cuda}")"; export CUDA_HOME
 mc() { python3 -m mocompile "$@"; }
 say() { echo "issue20: $* at $((SECONDS - t0)) s"; }
-RECIPE=recipes/bench/bench-te-mid-auto.yaml
-PROFILE=clusters/lent-h100x4-probe.yaml
+RECIPE="${RECIPE:-recipes/bench/bench-te-mid2-auto.yaml}"   # the plan under study (its name = its file's)
+GPUS="${GPUS:-2}"                                           # GPUs of this host the probe uses
+PROFILE="${PROFILE:-clusters/lent-h100x${GPUS}-probe.yaml}"
+NAME="$(basename "${RECIPE}" .yaml)"
 
 run_plan() {  # GENERATED_DIR RUN_DIR: one launcher run in its own folder (Bridge writes ./torch_profile there)
   local gen="$1" dir="$2"
@@ -51,7 +54,7 @@ for phase in "$@"; do
       say "setup done"
       ;;
     probe)
-      mc probe -o "${PROFILE}" --gpu h100 --gpus-per-node 4 --name lent-h100x4-probe --repeats 3 --iterations 25 \
+      mc probe -o "${PROFILE}" --gpu h100 --gpus-per-node "${GPUS}" --name "$(basename "${PROFILE}" .yaml)" --repeats 3 --iterations 25 \
         --format json > "${OUT}/probe.json"
       say "probe rc=$?"; head -40 "${OUT}/probe.json"
       cp "${PROFILE}" "${OUT}/" 2>/dev/null
@@ -61,11 +64,11 @@ for phase in "$@"; do
     ab:*)
       n="${phase#ab:}"
       say "A/B round ${n}: auto"
-      run_plan generated/bench-te-mid-auto "/tmp/ab/auto-${n}"
+      run_plan "generated/${NAME}" "/tmp/ab/auto-${n}"
       if [[ ! -f /tmp/ab/change ]]; then
-        mc diagnose "/tmp/ab/auto-${n}" --lock generated/bench-te-mid-auto/mocompile.lock.json --recipe "${RECIPE}" \
+        mc diagnose "/tmp/ab/auto-${n}" --lock "generated/${NAME}/mocompile.lock.json" --recipe "${RECIPE}" \
           --format json > "${OUT}/diagnose-auto-${n}.json"
-        mc diagnose "/tmp/ab/auto-${n}" --lock generated/bench-te-mid-auto/mocompile.lock.json --recipe "${RECIPE}"
+        mc diagnose "/tmp/ab/auto-${n}" --lock "generated/${NAME}/mocompile.lock.json" --recipe "${RECIPE}"
         python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d['set_line'] or '')" \
           "${OUT}/diagnose-auto-${n}.json" > /tmp/ab/change
         cp /tmp/ab/change "${OUT}/change.txt"
@@ -86,8 +89,8 @@ for phase in "$@"; do
         --timeout 240 --format json > "${OUT}/tune.json"
       say "tune rc=$?"; head -60 "${OUT}/tune.json"
       cp "${PROFILE}" "${OUT}/" 2>/dev/null
-      mkdir -p "${OUT}/tune-runs"; cp .mocompile/tune/bench-te-mid-auto/runs/*.jsonl "${OUT}/tune-runs/" 2>/dev/null
-      cp .mocompile/tune/bench-te-mid-auto/state.json "${OUT}/tune-state.json" 2>/dev/null
+      mkdir -p "${OUT}/tune-runs"; cp ".mocompile/tune/${NAME}/runs/"*.jsonl "${OUT}/tune-runs/" 2>/dev/null
+      cp ".mocompile/tune/${NAME}/state.json" "${OUT}/tune-state.json" 2>/dev/null
       ;;
     *) echo "unknown phase ${phase}" >&2; exit 2 ;;
   esac
