@@ -121,7 +121,8 @@ def test_probe_runs_the_generated_launcher_of_a_compiled_probe_plan(tmp_path):
     assert (s["expert_model_parallel_size"], s["moe_token_dispatcher_type"], s["cuda_graph_impl"]) == (2, "alltoall", "none")
     assert rep["measured_ms"] == 500.0 and 0.1 <= rep["host_factor"] <= 100
     # no TE there: the probe plan is compiled for Megatron's local layer spec, and what is missing is named
-    assert rep["environment"]["missing"] == ["transformer_engine", "deep_ep", "hybrid_ep"]
+    assert rep["environment"]["missing"] == ["transformer_engine", "deep_ep", "apex", "hybrid_ep"]
+    assert s["gradient_accumulation_fusion"] is False  # no Apex there: the fused wgrad kernel is not asked for
     assert json.loads(Path(seen[0][0]).with_name("mocompile.lock.json").read_text())["versions"][
         "transformer_engine"] is None
 
@@ -129,7 +130,7 @@ def test_probe_runs_the_generated_launcher_of_a_compiled_probe_plan(tmp_path):
 def test_probe_records_what_does_not_import_as_missing(tmp_path):
     assert probe.environment("/nonexistent/python")["missing"] == ["python"]
     bare = _python(tmp_path, {"torch": None, "transformer_engine": None, "deep_ep": None, "hybrid_ep": False})
-    assert probe.environment(bare)["missing"] == ["torch", "transformer_engine", "deep_ep", "megatron_core",
+    assert probe.environment(bare)["missing"] == ["torch", "transformer_engine", "deep_ep", "apex", "megatron_core",
                                                   "megatron_bridge", "hybrid_ep", "gpu"]
 
 

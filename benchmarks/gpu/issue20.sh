@@ -54,7 +54,8 @@ for phase in "$@"; do
       say "setup done"
       ;;
     probe)
-      mc probe -o "${PROFILE}" --gpu h100 --gpus-per-node "${GPUS}" --name "$(basename "${PROFILE}" .yaml)" --repeats 3 --iterations 25 \
+      gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -qi h200 && echo h200 || echo h100)"
+      mc probe -o "${PROFILE}" --gpu "${gpu}" --gpus-per-node "${GPUS}" --name "$(basename "${PROFILE}" .yaml)" --repeats "${PROBE_REPEATS:-3}" --iterations "${PROBE_ITERATIONS:-25}" \
         --format json > "${OUT}/probe.json"
       say "probe rc=$?"; head -40 "${OUT}/probe.json"
       cp "${PROFILE}" "${OUT}/" 2>/dev/null
@@ -85,7 +86,8 @@ for phase in "$@"; do
       cp /tmp/ab/auto-"${n}"/log.txt "${OUT}/ab/auto-${n}.log" 2>/dev/null
       ;;
     tune)
-      mc tune "${RECIPE}" --set "hardware.cluster=../../${PROFILE}" --max-plans 4 --iterations 20 --repeats 3 \
+      mc tune "${RECIPE}" --set "hardware.cluster=../../${PROFILE}" --max-plans "${TUNE_PLANS:-4}" \
+        --iterations "${TUNE_ITERATIONS:-20}" --repeats "${TUNE_REPEATS:-3}" \
         --timeout 240 --format json > "${OUT}/tune.json"
       say "tune rc=$?"; head -60 "${OUT}/tune.json"
       cp "${PROFILE}" "${OUT}/" 2>/dev/null
@@ -98,4 +100,8 @@ done
 # the first traced auto run's rank-0 trace, if small enough to come back
 t="$(find /tmp/ab -path '*auto-1*' -name '*.json*' -size -15M 2>/dev/null | grep -v metrics | head -1)"
 [[ -n "${t}" && ! -f "${OUT}/trace-auto-1.json.gz" ]] && { gzip -c "${t}" > "${OUT}/trace-auto-1.json.gz" 2>/dev/null || cp "${t}" "${OUT}/"; }
+# A call brings back at most 8 files: everything but the console log and the TE binding wheel (carried
+# into the next call's .te/ so that te.sh skips its build) goes into one archive.
+(cd "${OUT}" && find . -mindepth 1 -maxdepth 1 ! -name console.log ! -name '*.whl' ! -name results.tar.gz -print0 \
+  | xargs -0 -r tar czf results.tar.gz --remove-files)
 say "done"

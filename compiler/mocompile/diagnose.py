@@ -100,7 +100,10 @@ def _is_trace(path: str) -> bool:
     opener = gzip.open if path.endswith(".gz") else open
     try:
         with opener(path, "rt", encoding="utf-8") as fh:
-            return '"traceEvents"' in fh.read(4096)
+            # PyTorch writes schemaVersion and deviceProperties first, then distributedInfo (one entry per
+            # process group: tens of KiB under Megatron) before traceEvents
+            head = fh.read(4096)
+            return '"traceEvents"' in head or ('"schemaVersion"' in head and '"deviceProperties"' in head)
     except (OSError, UnicodeDecodeError, EOFError):
         return False
 
@@ -145,6 +148,42 @@ def breakdown(run: Run) -> dict[str, Any]:
         if chosen.get("step_time_s"):
             out["predicted_step_ms"] = round(chosen["step_time_s"] * 1000, 1)
     return out
+
+
+UNEXPLAINED = 1.25  # a measured step this far above the prediction is not the model's error: the host differs
+
+
+def _fit_host(run: Run, parts: dict[str, Any], recipe: str | None, sets: list[str]) -> list[str]:
+    """Without a trace or a cluster profile, a run far slower than predicted says this host is not the DGX
+    host the model assumes. Fit ``host_factor`` to the measured step for the run's own plan (as ``mocompile
+    probe`` does for its probe plan), re-derive the breakdown from the model at that factor, and return the
+    ``--set`` lines (the plan's pins and the fitted profile) the changes are ranked with."""
+    lock = run.lock or {}
+    chosen = (lock.get("estimate") or {}).get("chosen") or {}
+    measured, predicted = parts.get("measured_step_ms"), parts.get("predicted_step_ms")
+    if "trace_ms" in parts or (lock.get("hardware") or {}).get("cluster") or not chosen.get("pins") \
+            or not measured or not predicted or measured < predicted * UNEXPLAINED or not recipe \
+            or not os.path.isfile(recipe):
+        return []
+    from mocompile import probe
+    from mocompile.pipeline import analyse
+    from mocompile.project import find_root
+    from mocompile.tune import pin_sets
+
+    pins = pin_sets(chosen["pins"])
+    work = os.path.join(find_root(os.path.dirname(os.path.abspath(recipe))) or os.getcwd(), ".mocompile", "diagnose")
+    factor, note = probe.fit_host_factor(measured / 1000.0, probe.predictor(work, recipe, sets + pins))
+    extra = pins + [probe.trial_set(work, recipe, factor)]
+    res = analyse(recipe, sets + extra)
+    if res.errors or res.plan is None:
+        return []
+    terms = res.plan.planner["chosen"]["terms_s"]
+    parts["model_ms"] = {k: round(v * 1000, 1) for k, v in terms.items()}
+    parts["host_factor_fitted"] = factor
+    parts["source"] = (f"the step-time model at host_factor {factor} (fitted: the measured step is "
+                       f"{measured / predicted:.1f}x the DGX-host prediction; no trace" + (f"; {note}" if note else "")
+                       + "): run `mocompile probe` for a cluster profile, or add a `profile:` key to measure the split")
+    return extra
 
 
 WALLS = ("host", "communication", "compute", "memory")
@@ -243,11 +282,15 @@ def diagnose(paths: list[str], lock: str | None = None, recipe: str | None = Non
     """The whole report as data (text and JSON print from it)."""
     run = find(paths, lock)
     parts = breakdown(run)
-    name, shares = wall(parts)
     src = ((run.lock or {}).get("_generated") or {}).get("source")
     recipe = recipe or src
+    base_sets = list(sets or [])
+    fitted = _fit_host(run, parts, recipe, base_sets)
+    if fitted:
+        base_sets += fitted
+    name, shares = wall(parts)
     changes = proposals(name, run.lock or {}) if run.lock else []
-    ranked = rank(recipe, changes, sets or [])
+    ranked = rank(recipe, changes, base_sets)
     best = next((r for r in ranked if (r.get("predicted_gain") or 0) > 0), None)
     return {"breakdown": parts, "wall": name, "shares": shares, "recipe": recipe, "proposals": ranked,
             "set_line": f"--set {best['set']}" if best else None,

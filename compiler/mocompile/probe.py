@@ -59,6 +59,7 @@ try:
     out["hybrid_ep"] = bool(hasattr(deep_ep, "HybridEPBuffer"))
 except Exception:
     out["hybrid_ep"] = False
+out["apex"] = version("fused_weight_gradient_mlp_cuda") and "installed"
 out["megatron_core"] = version("megatron.core")
 out["megatron_bridge"] = version("megatron.bridge")
 print("MOCOMPILE_PROBE_ENV " + json.dumps(out))
@@ -75,13 +76,14 @@ def environment(python: str = "python3", timeout: float = 300.0) -> dict[str, An
     if line is None:
         return {"error": (proc.stderr or proc.stdout)[-400:], "missing": ["python"]}
     env = json.loads(line.split(" ", 1)[1])
-    env["missing"] = [k for k in ("torch", "transformer_engine", "deep_ep", "megatron_core", "megatron_bridge")
+    env["missing"] = [k for k in ("torch", "transformer_engine", "deep_ep", "apex", "megatron_core", "megatron_bridge")
                       if not env.get(k)] + ([] if env.get("hybrid_ep") else ["hybrid_ep"]) + \
         ([] if env.get("device_count") else ["gpu"])
     return env
 
 
-def intent(gpu: str, gpus_per_node: int, te: str | None, iterations: int = ITERATIONS) -> dict[str, Any]:
+def intent(gpu: str, gpus_per_node: int, te: str | None, iterations: int = ITERATIONS,
+           apex: bool = False) -> dict[str, Any]:
     """The probe's intent: a small MoE model whose step the host, not the GPU, decides (many short kernels
     per layer, 64 experts), every knob pinned so that the plan does not move while the fit changes
     ``host_factor``. One micro-batch per rank and two per step, alltoall (imports everywhere)."""
@@ -98,7 +100,8 @@ def intent(gpu: str, gpus_per_node: int, te: str | None, iterations: int = ITERA
         "moe": {"force_balance": True, "dispatcher": "alltoall", "overlap": False, "delay_wgrad": False},
         "recompute": {"granularity": "none"},
         "cuda_graphs": {"impl": "none"},
-        "versions": {"transformer_engine": te or "none"},
+        # without Apex's fused weight-gradient kernel, gradient_accumulation_fusion must be off (preflight RUN011)
+        "versions": {"transformer_engine": te or "none", **({} if apex else {"apex": "none"})},
         "launch": {"targets": ["torchrun"]},
     }
 
@@ -107,18 +110,23 @@ def _profile_text(host_factor: float) -> str:
     return f"schema: 1\nname: {PROBE_NAME}-trial\nhost_factor: {host_factor!r}\n"
 
 
-def predictor(work: str, recipe: str) -> Callable[[float], float]:
-    """Predicted step (s) of the probe plan for a given ``host_factor`` (a trial profile in ``work``)."""
+def trial_set(work: str, recipe: str, host_factor: float) -> str:
+    """Write a trial profile with ``host_factor`` in ``work`` (inside the project) and return the ``--set``
+    that makes ``recipe`` use it."""
+    os.makedirs(work, exist_ok=True)
+    trial = os.path.join(work, "trial-cluster.yaml")
+    measure.write_text_atomic(trial, _profile_text(host_factor))
+    return f"hardware.cluster={os.path.relpath(trial, os.path.dirname(os.path.abspath(recipe)))}"
+
+
+def predictor(work: str, recipe: str, sets: list[str] | None = None) -> Callable[[float], float]:
+    """Predicted step (s) of ``recipe`` (with ``sets``: pin its plan) for a given ``host_factor``."""
     from mocompile.pipeline import analyse
 
-    trial = os.path.join(work, "trial-cluster.yaml")
-    rel = os.path.relpath(trial, os.path.dirname(recipe))
-
     def predict(h: float) -> float:
-        measure.write_text_atomic(trial, _profile_text(h))
-        res = analyse(recipe, [f"hardware.cluster={rel}"])
+        res = analyse(recipe, list(sets or []) + [trial_set(work, recipe, h)])
         if res.errors or res.plan is None:
-            raise UsageError("the probe intent does not compile here: " +
+            raise UsageError(f"{recipe} does not compile here: " +
                              "; ".join(f"{d.rule}: {d.message}" for d in res.errors))
         return float(res.plan.planner["chosen"]["step_time_s"])
 
@@ -166,7 +174,7 @@ def profile_yaml(name: str, host_factor: float, env: dict[str, Any], runs: list[
         f"  device_name: {q(env.get('device_name'))}",
         "  imports:",
     ]
-    for k in ("torch", "transformer_engine", "deep_ep", "megatron_core", "megatron_bridge"):
+    for k in ("torch", "transformer_engine", "deep_ep", "apex", "megatron_core", "megatron_bridge"):
         lines.append(f"    {k}: {q(env.get(k))}")
     lines.append(f"    hybrid_ep: {q(bool(env.get('hybrid_ep')))}")
     lines.append(f"  missing: {q(env.get('missing', []))}")
@@ -205,7 +213,7 @@ def probe(output: str, gpu: str, gpus_per_node: int, name: str | None = None, re
     te = m.group(0) if m else None  # "2.12.0+cu13" -> "2.12.0": the intent's versions take numbers only
     recipe = os.path.join(work, "probe.yaml")
     measure.write_text_atomic(recipe, "# written by mocompile probe\n" +
-                              json.dumps(intent(gpu, gpus_per_node, te, iterations), indent=1) + "\n")
+                              json.dumps(intent(gpu, gpus_per_node, te, iterations, bool(env.get("apex"))), indent=1) + "\n")
     gen = os.path.join(work, "generated")
     if from_runs is None:
         res = compile_recipe(recipe, [], [], os.path.relpath(gen, root))
