@@ -99,7 +99,9 @@ for phase in "$@"; do
 done
 # the first traced auto run's rank-0 trace, if small enough to come back
 t="$(find /tmp/ab -path '*auto-1*' -name '*.json*' -size -15M 2>/dev/null | grep -v metrics | head -1)"
-[[ -n "${t}" && ! -f "${OUT}/trace-auto-1.json.gz" ]] && { gzip -c "${t}" > "${OUT}/trace-auto-1.json.gz" 2>/dev/null || cp "${t}" "${OUT}/"; }
+if [[ -n "${t}" && ! -f "${OUT}/trace-auto-1.json.gz" ]]; then
+  case "${t}" in *.gz) cp "${t}" "${OUT}/trace-auto-1.json.gz" ;; *) gzip -c "${t}" > "${OUT}/trace-auto-1.json.gz" ;; esac
+fi
 # A call brings back at most 8 files: everything but the console log and the TE binding wheel (carried
 # into the next call's .te/ so that te.sh skips its build) goes into one archive.
 (cd "${OUT}" && find . -mindepth 1 -maxdepth 1 ! -name console.log ! -name '*.whl' ! -name results.tar.gz -print0 \

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def snapshot(dest: Path) -> None:
     archive = subprocess.run(["git", "archive", "HEAD", "compiler", "tests", "recipes", "schemas", "pyproject.toml",
-                              "README.md", "docs", "benchmarks/data", "clusters"], cwd=ROOT, capture_output=True,
+                              "README.md", "docs", "benchmarks", "clusters"], cwd=ROOT, capture_output=True,
                              check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
 

@@ -154,14 +154,14 @@ UNEXPLAINED = 1.25  # a measured step this far above the prediction is not the m
 
 
 def _fit_host(run: Run, parts: dict[str, Any], recipe: str | None, sets: list[str]) -> list[str]:
-    """Without a trace or a cluster profile, a run far slower than predicted says this host is not the DGX
-    host the model assumes. Fit ``host_factor`` to the measured step for the run's own plan (as ``mocompile
-    probe`` does for its probe plan), re-derive the breakdown from the model at that factor, and return the
-    ``--set`` lines (the plan's pins and the fitted profile) the changes are ranked with."""
+    """Without a cluster profile, a run far slower than predicted says this host is not the DGX host the
+    model assumes. Fit ``host_factor`` to the measured step for the run's own plan (as ``mocompile probe``
+    does for its probe plan) and return the ``--set`` lines (the plan's pins and the fitted profile) the
+    changes are ranked with; without a trace the breakdown is re-derived from the model at that factor."""
     lock = run.lock or {}
     chosen = (lock.get("estimate") or {}).get("chosen") or {}
     measured, predicted = parts.get("measured_step_ms"), parts.get("predicted_step_ms")
-    if "trace_ms" in parts or (lock.get("hardware") or {}).get("cluster") or not chosen.get("pins") \
+    if (lock.get("hardware") or {}).get("cluster") or not chosen.get("pins") \
             or not measured or not predicted or measured < predicted * UNEXPLAINED or not recipe \
             or not os.path.isfile(recipe):
         return []
@@ -177,9 +177,11 @@ def _fit_host(run: Run, parts: dict[str, Any], recipe: str | None, sets: list[st
     res = analyse(recipe, sets + extra)
     if res.errors or res.plan is None:
         return []
+    parts["host_factor_fitted"] = factor
+    if "trace_ms" in parts:  # the trace measured the split; the fitted factor only ranks the changes
+        return extra
     terms = res.plan.planner["chosen"]["terms_s"]
     parts["model_ms"] = {k: round(v * 1000, 1) for k, v in terms.items()}
-    parts["host_factor_fitted"] = factor
     parts["source"] = (f"the step-time model at host_factor {factor} (fitted: the measured step is "
                        f"{measured / predicted:.1f}x the DGX-host prediction; no trace" + (f"; {note}" if note else "")
                        + "): run `mocompile probe` for a cluster profile, or add a `profile:` key to measure the split")
@@ -316,6 +318,9 @@ def text(report: dict[str, Any]) -> str:
     if "peak_memory_gib" in b:
         lines.append(f"peak memory {b['peak_memory_gib']:.1f} GiB" + (f" ({b['memory_headroom']:.0%} of the GPU left)"
                                                                     if "memory_headroom" in b else ""))
+    if "host_factor_fitted" in b:
+        lines.append(f"changes ranked at host_factor {b['host_factor_fitted']} (fitted to the measured step for this "
+                     "plan; the lock assumed a DGX-class host): `mocompile probe` writes a profile for this cluster")
     shares = ", ".join(f"{k} {v:.0%}" for k, v in report["shares"].items())
     lines.append(f"dominant wall: {report['wall']} ({shares})")
     for r in report["proposals"]:
