@@ -70,9 +70,16 @@ def fake_site(path: Path, torch: str | None = "2.11.0", te: str | None = "2.12.0
     pkg("torch", f"__version__ = {torch!r}\nfrom . import cuda, distributed\n\n\ndef device(*args):\n    return args\n"
         if torch else broken)
     if torch:  # what preflight's HybridEP probe (RUN013) touches; FAKE_CUDA=1 makes a GPU visible
+        # FAKE_CUDA_ASYNC=1: the buffer's kernels fail asynchronously, surfacing at the next synchronize
+        # (as CUDA reports an illegal memory access); FAKE_DIST_ARGS receives init_process_group's init_method
         pkg("torch/cuda", "import os\n\n\ndef is_available():\n    return os.environ.get('FAKE_CUDA') == '1'\n\n\n"
-                          "def set_device(i):\n    pass\n\n\ndef synchronize():\n    pass\n")
-        pkg("torch/distributed", "def init_process_group(*a, **k):\n    pass\n\n\ndef new_group(ranks):\n    return ranks\n"
+                          "def set_device(i):\n    pass\n\n\ndef synchronize():\n"
+                          "    if os.environ.get('FAKE_CUDA_ASYNC') == '1':\n"
+                          "        raise RuntimeError('CUDA error: an illegal memory access was encountered')\n")
+        pkg("torch/distributed", "import os\n\n\ndef init_process_group(*a, **k):\n"
+                                 "    if os.environ.get('FAKE_DIST_ARGS'):\n"
+                                 "        open(os.environ['FAKE_DIST_ARGS'], 'w').write(k.get('init_method', ''))\n"
+                                 "\n\ndef new_group(ranks):\n    return ranks\n"
                                  "\n\ndef destroy_process_group():\n    pass\n")
     pkg("transformer_engine", f"__version__ = {te!r}\n" if te else broken)
     pkg("deep_ep", "".join(FAKE_HYBRIDEP if c == "HybridEPBuffer" else f"class {c}:\n    pass\n" for c in deep_ep)
@@ -214,6 +221,23 @@ def test_preflight_RUN013_constructs_the_hybridep_buffer_in_a_child(tmp_path, mo
     # the buffer one MoE layer of this plan builds (Qwen3-30B-A3B: hidden 2048, 128 experts over EP 16), on a 1-rank group
     assert json.loads(args.read_text()) == {"hidden_dim": 2048, "max_num_of_tokens_per_rank": 4096,
                                             "num_local_experts": 8, "use_fp8": False, "ranks_per_domain": "1"}
+
+
+def test_preflight_RUN013_waits_for_the_buffers_kernels_and_uses_a_free_port(tmp_path):
+    """CUDA reports a kernel's failure at the next synchronisation: the probe synchronises before it calls
+    the construction good, so an asynchronous crash is RUN013 here, not an error at the first dispatch. Its
+    one-rank group meets on a port the OS gave it (bound first), never port 0."""
+    req = _lock(HYBRIDEP_PREFLIGHT)["requirements"]
+    site = fake_site(tmp_path / "site")
+    dist_args = tmp_path / "dist.txt"
+    env = {"PYTHON": sys.executable, "PYTHONPATH": str(site), "FAKE_CUDA": "1", "FAKE_DIST_ARGS": str(dist_args),
+           **_runtime_env(req, tmp_path)}
+    proc, _ = run_preflight(HYBRIDEP_PREFLIGHT, {**env, "FAKE_CUDA_ASYNC": "1"})
+    assert proc.returncode != 0 and "RUN013" in proc.stderr and "illegal memory access" in proc.stderr
+    proc, _ = run_preflight(HYBRIDEP_PREFLIGHT, env)
+    assert proc.returncode == 0
+    m = re.fullmatch(r"tcp://127\.0\.0\.1:(\d+)", dist_args.read_text())
+    assert m and 1024 <= int(m.group(1)) <= 65535
 
 
 def test_preflight_RUN013_is_skipped_without_a_gpu_or_on_request(tmp_path):

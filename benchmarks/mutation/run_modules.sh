@@ -20,7 +20,7 @@ CR="$(dirname "$PY")/cosmic-ray"
 FILTER="$(dirname "$PY")/cr-filter-operators"
 
 INPUT_TESTS="tests/test_untrusted_input.py tests/test_load_positions.py tests/test_schema_details.py tests/test_inputs.py tests/test_limits.py tests/test_runaway_values.py tests/test_rules.py tests/test_training_io.py"
-EMIT_TESTS="tests/test_untrusted_input.py tests/test_header.py tests/test_python_recipe.py tests/test_emit_requirements.py tests/test_output_dir.py tests/test_emit.py tests/test_kubernetes.py tests/test_training_io.py tests/test_cli.py tests/test_hostile_values.py tests/test_writes.py"
+EMIT_TESTS="tests/test_launchers.py tests/test_untrusted_input.py tests/test_header.py tests/test_python_recipe.py tests/test_emit_requirements.py tests/test_output_dir.py tests/test_emit.py tests/test_kubernetes.py tests/test_training_io.py tests/test_cli.py tests/test_hostile_values.py tests/test_writes.py"
 RULE_TESTS="tests/test_rule_boundaries.py tests/test_rules.py tests/test_memory_truth.py"
 PLANNER_TESTS="tests/test_resolve.py tests/test_steptime.py tests/test_plancache.py tests/test_reference.py tests/test_memory_truth.py"
 declare -A MODULE=(

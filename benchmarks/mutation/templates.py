@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = "compiler/mocompile/emit/templates"
 TESTS = ["tests/test_untrusted_input.py", "tests/test_emit.py", "tests/test_emit_requirements.py", "tests/test_kubernetes.py",
-         "tests/test_training_io.py", "tests/test_hostile_values.py", "tests/test_slurm.py"]
+         "tests/test_training_io.py", "tests/test_hostile_values.py", "tests/test_slurm.py", "tests/test_launchers.py"]
 
 
 def _comment(line: str) -> bool:

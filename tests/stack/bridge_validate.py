@@ -293,15 +293,28 @@ def _metrics_callback_hooks(module: Any) -> list[str]:
     overrides; each must be a hook Bridge's ``Callback`` defines (a renamed hook would never run)."""
     from megatron.bridge.training.callbacks import Callback
 
+    import torch
+
     with tempfile.TemporaryDirectory() as tmp:
-        cb = module.step_metrics_callback(os.path.join(tmp, "metrics.jsonl"))
-    if not isinstance(cb, Callback):
-        raise TypeError(f"step_metrics_callback() returned {type(cb).__name__}, not a Bridge Callback")
-    own = sorted(k for k in vars(type(cb)) if k.startswith("on_"))
-    unknown = [k for k in own if not callable(getattr(Callback, k, None))]
-    if unknown:
-        raise AttributeError(f"Bridge's Callback has no hook(s) {unknown}: they would never be called")
-    return own
+        path = os.path.join(tmp, "metrics.jsonl")
+        cb = module.step_metrics_callback(path)
+        if not isinstance(cb, Callback):
+            raise TypeError(f"step_metrics_callback() returned {type(cb).__name__}, not a Bridge Callback")
+        own = sorted(k for k in vars(type(cb)) if k.startswith("on_"))
+        unknown = [k for k in own if not callable(getattr(Callback, k, None))]
+        if unknown:
+            raise AttributeError(f"Bridge's Callback has no hook(s) {unknown}: they would never be called")
+        # one step on a stand-in GPU: what the hooks write for Bridge's step 6 (its 7th iteration)
+        ctx = SimpleNamespace(loss_dict={"lm loss": torch.tensor(2.5)},
+                              state=SimpleNamespace(train_state=SimpleNamespace(step=6)))
+        with mock.patch.object(torch.cuda, "synchronize", lambda *a: None), \
+                mock.patch.object(torch.cuda, "max_memory_allocated", lambda *a: 123), \
+                mock.patch.object(torch.cuda, "max_memory_reserved", lambda *a: 456):
+            cb.on_train_step_start(ctx)
+            cb.on_train_step_end(ctx)
+        with open(path, encoding="utf-8") as fh:
+            rows = [json.loads(line) for line in fh]
+    return {"hooks": own, "rows": rows}
 
 
 def _parse_hf_config_args(values: list[str]) -> dict[str, dict]:

@@ -355,4 +355,10 @@ def test_bridge_runtime_config_update_accepts_the_recipe(bridge_results, name):
             assert model.get(key) == want, f"{key}: Bridge has {model.get(key)!r}, plan {want!r}"
     assert r["data_parallel_size"] == lock["settings"]["data_parallel_size"]["value"]
     # MOCOMPILE_METRICS' callback builds with the real Bridge and times every step from start to end.
-    assert r["callback_hooks"] == ["on_train_step_end", "on_train_step_start"]
+    cb = r["callback_hooks"]
+    assert cb["hooks"] == ["on_train_step_end", "on_train_step_start"]
+    # one JSON line per step: what `mocompile diagnose`, `probe` and `tune` read
+    (row,) = cb["rows"]
+    assert row["step_ms"] >= 0 and {k: row[k] for k in ("iteration", "loss", "max_memory_allocated",
+                                                        "max_memory_reserved")} == \
+        {"iteration": 7, "loss": 2.5, "max_memory_allocated": 123, "max_memory_reserved": 456}
