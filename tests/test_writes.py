@@ -8,8 +8,10 @@ whole is one of the two, and the next run cleans up after a killed one.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
+import stat
 import shutil
 import signal
 import subprocess
@@ -209,8 +211,9 @@ def test_exchange_swaps_two_folders_and_reports_a_failure(tmp_path, monkeypatch)
     (b / "f").write_text("B")
     assert writer._exchange(str(a), str(b)) is True
     assert ((a / "f").read_text(), (b / "f").read_text()) == ("B", "A")
-    with pytest.raises(OSError):  # a failed exchange (no such folder) is an error, not a success
+    with pytest.raises(OSError) as exc:  # a failed exchange (no such folder) is an error, not a success,
         writer._exchange(str(a), str(tmp_path / "missing"))
+    assert exc.value.errno == errno.ENOENT  # with the C library's own reason (errno captured by ctypes)
     monkeypatch.chdir(tmp_path)  # relative paths resolve against the current folder (AT_FDCWD)
     assert writer._exchange("a", "b") is True and (a / "f").read_text() == "A"
 
@@ -289,3 +292,45 @@ def test_a_cleanup_that_fails_after_the_swap_does_not_fail_the_write_and_the_nex
     monkeypatch.setattr(os, "rmdir", real_rmdir)
     assert writer.write_outputs(str(out), NAME, {k: v.decode() for k, v in old.items()}) is None
     assert sorted(p.name for p in out.iterdir()) == [NAME] and whole(out / NAME, old, new) == "old"
+
+
+def test_a_c_library_without_renameat2_means_the_two_step_rename(tmp_path, monkeypatch, versions):
+    """glibc before 2.28 has no renameat2 symbol: the writer must notice (None), not crash, and still
+    replace the folder whole."""
+    import ctypes
+
+    from mocompile.emit import writer
+
+    class OldLibc:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __getattr__(self, name):
+            raise AttributeError(name)
+
+    monkeypatch.setattr(ctypes, "CDLL", OldLibc)
+    assert writer._renameat2() is None
+    old, new = versions
+    out = tmp_path / "out"
+    assert writer.write_outputs(str(out), NAME, {k: v.decode() for k, v in old.items()}) is None
+    assert writer.write_outputs(str(out), NAME, {k: v.decode() for k, v in new.items()}) is None
+    assert whole(out / NAME, old, new) == "new"
+
+
+def test_generated_files_get_exact_modes_whatever_the_umask(tmp_path, versions):
+    """Launchers are executable by everyone, everything else read-only for others, the folder listable:
+    modes are set, not inherited from the umask of whoever ran the compile (a CI runner's 077 would
+    otherwise leave a launcher nobody else can run)."""
+    from mocompile.emit import writer
+
+    old, _ = versions
+    saved = os.umask(0o077)
+    try:
+        assert writer.write_outputs(str(tmp_path), NAME, {k: v.decode() for k, v in old.items()}) is None
+    finally:
+        os.umask(saved)
+    folder = tmp_path / NAME
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o755
+    for f in folder.iterdir():
+        want = 0o755 if f.name.endswith((".sh", ".sbatch")) else 0o644
+        assert stat.S_IMODE(f.stat().st_mode) == want, f.name
