@@ -1296,3 +1296,76 @@ def test_layouts_that_do_not_fit_are_scored_only_when_too_few_fit(monkeypatch):
         unfit += sc.total_gib(c) > sc.limit
     assert unfit > 0                                                      # some layouts do not fit here
     assert all(s.fits for s in once)
+
+
+# -- survivors of the 2026-11-27 run (docs/mutation.md) -------------------------------------------------------
+def _locks():
+    import json
+
+    return {p.parent.name: json.loads(p.read_text()) for p in (ROOT / "generated").glob("*/mocompile.lock.json")}
+
+
+def _scored(step: float, **knobs) -> search.Scored:
+    est = steptime.StepEstimate(step, {}, 0.0, 0.0, 0.0, 1)
+    return search.Scored(steptime.Candidate(**knobs), est, {"total_gib": 10.0}, True)
+
+
+def test_a_verdict_that_leaves_the_reference_states_the_predicted_gain_over_it():
+    """Worked case: the defaults at 1.250 s/step, the winner two knobs away at 0.875 s: 'predicted 0.875
+    s/step, 30.0% faster' (1 - 0.875 / 1.25), beyond the band for two knobs, which is plural."""
+    ref = replace(_scored(1.25, ep=8), kind="defaults", anchor="guidance")
+    win = _scored(0.875, ep=8, dispatcher="deepep", overlap=True)
+    said = search.verdict(win, ref, win)
+    assert said.startswith("left the documented defaults (guidance) (TP1 PP1 EP8, alltoall")
+    assert "predicted 0.875 s/step, 30.0% faster, beyond the model's" in said and said.endswith("2 knobs away")
+    one = search.verdict(_scored(0.875, ep=8, dispatcher="deepep"), ref, None)
+    assert "30.0% faster" in one and one.endswith("for a plan 1 knob away")
+
+
+def test_the_decisions_required_ratios_are_the_models_bands_to_four_places():
+    """required_ratio(margin, d) = (1 - margin) ** sqrt(d), recorded to four decimal places (what explain prints)."""
+    import math
+
+    for name, lock in _locks().items():
+        d = lock["estimate"].get("decision")
+        margin = lock["estimate"].get("trust_margin")
+        if not d or margin is None or d.get("best_distance") is None:
+            continue
+        for ratio, dist in ((d["required_ratio"], d["distance"]), (d["best_required_ratio"], d["best_distance"])):
+            assert ratio == round(search.required_ratio(margin, dist), 4) == round(ratio, 4), name
+            if dist >= 1:
+                assert ratio == round((1 - margin) ** math.sqrt(dist), 4), name
+
+
+def test_a_shipped_recipe_weak_scaled_to_more_gpus_still_runs_as_shipped(tmp_path):
+    """NVIDIA's 16-GPU Qwen3-30B-A3B H100 recipe on 32 GPUs with twice the global batch (`mocompile init --gpus
+    32`) is the same per-GPU work: it is still the shipped recipe (its measurement covers the memory); on 32
+    GPUs with the recipe's own batch (half the micro-batches per rank) it is not."""
+    from mocompile import init
+
+    a = init.find("qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config")
+    scaled = init.intent_text(a, 32)
+    for text, shipped in ((scaled, a["recipe"]),  # twice the GPUs, twice the batch: the recipe's per-GPU work
+                          (scaled.replace(f"global_batch_size: {2 * a['gbs']}", f"global_batch_size: {a['gbs']}"), None)):
+        path = tmp_path / "q.yaml"
+        path.write_text(text)
+        assert analyse(str(path)).plan["shipped_recipe"] == shipped
+
+
+def test_flex_dispatch_spreads_a_tokens_top_k_over_nodes_fractionally():
+    """DeepEP/HybridEP send a token once per destination node, then once per destination rank inside it:
+    with top-8 over 3 nodes a node receives 8/3 of a token's expert picks on average (not 8 // 3 = 2), so the
+    NVLink copies are _distinct(8/3, local) per node."""
+    from mocompile.catalogue import models
+
+    m = dict(_defaults(models()["qwen3-30b-a3b"]), moe_router_topk=8)
+    hw = {"nvlink_gbps": 450, "nic_gbps": 50, "gpus_per_node": 8, "nvlink_domain": 8, "mnnvl": False}
+    c = steptime.constants()
+    cand = steptime.Candidate(ep=24, dispatcher="deepep")
+    got = steptime.a2a_seconds(m, hw, cand, 4096.0, c, 1.0)
+    local, nodes, k = 8, 3.0, 8
+    token_bytes = m["hidden_size"] * 2.0
+    nvl = 4096.0 * steptime._distinct(k / nodes, local) * (local - 1) / local * nodes * token_bytes / (450e9 * c["flex_efficiency"])
+    net = 4096.0 * steptime._distinct(k, nodes) * (nodes - 1) / nodes * token_bytes / (50e9 * c["flex_efficiency"])
+    assert got == pytest.approx(max(nvl, net) + c["flex_latency_s"], rel=1e-9)
+    assert steptime._distinct(k / nodes, local) != steptime._distinct(k // nodes, local)
