@@ -94,5 +94,5 @@ def apply(hw: dict[str, Any], doc: Document) -> dict[str, Any]:
     profile = getattr(doc, "cluster", None)
     if profile:
         hw["host_factor"] = profile["host_factor"]
-        hw["cluster"] = {k: profile[k] for k in ("path", "sha256", "name", "source", "host_factor")}
+        hw["cluster"] = {k: profile[k] for k in ("path", "sha256", "name", "source", "host_factor", "missing")}
     return hw

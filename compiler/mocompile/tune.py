@@ -25,10 +25,9 @@ from typing import Any, Callable
 
 from mocompile import measure
 from mocompile.errors import UsageError
+from mocompile.resolve.search import NEEDS as DISPATCHER_NEEDS  # what a flex backend needs to import there
 
 ITERATIONS = 20
-# What a dispatcher needs to import on the cluster (the names `mocompile probe` records as missing).
-DISPATCHER_NEEDS = {"deepep": "deep_ep", "hybridep": "hybrid_ep"}
 MAX_PLANS = 4
 REPEATS = 3
 

@@ -35,8 +35,52 @@ GOAL_WHY = {"throughput": "fastest predicted plan", "fit": "lowest predicted mem
             "bring-up": "simplest legal plan (alltoall, no overlap, no graphs, least model parallelism)"}
 
 
+MBS_CHOICES = (1, 2, 4, 8, 16)
+
+
+def micro_batch(ctx: Context) -> None:
+    """``training.micro_batch_size: auto``: search the plan at each micro-batch size the batch allows and keep
+    the fastest that fits, 1 (the documented default) unless another is predicted faster by more than the
+    model's error for one knob. A larger micro-batch launches the same kernels for more tokens: the first cure
+    for a launch-bound step (the GPU waiting for the host), at the cost of activation memory and pipeline
+    bubbles. Only goal throughput searches; fit and bring-up keep 1 (least memory)."""
+    if ctx.pinned("training", "micro_batch_size") is not None or ctx.intent["training"].get("micro_batch_size") != "auto":
+        return
+    if ctx.goal != "throughput":
+        ctx.set("micro_batch_size", 1, "goal", f"auto under goal {ctx.goal}: 1, the least activation memory",
+                path=("training", "micro_batch_size"))
+        return
+    gbs, world = ctx["global_batch_size"], ctx["world_size"]
+    steps: dict[int, float | None] = {}
+    for mbs in MBS_CHOICES:
+        if mbs > 1 and gbs % mbs:
+            continue
+        ctx.set("micro_batch_size", mbs, "goal", "trial")
+        w = search(ctx).winner
+        steps[mbs] = w.step if w.fits and not w.broken else None
+        if mbs * world > gbs:
+            break  # no layout runs more than one micro-batch per rank beyond this
+    margin = trust_margin(ctx.model)
+    base = steps.get(1)
+    fitting = {m: s for m, s in steps.items() if s is not None}
+    best = min(fitting, key=lambda m: (fitting[m], m)) if fitting else 1
+    need = required_ratio(margin, 1) if margin != float("inf") else 0.0
+    if base is not None and best != 1 and fitting[best] > base * need:
+        chosen, why = 1, (f"kept 1: {best} is predicted {fitting[best]:.3f} s/step against {base:.3f} s, "
+                          f"{1 - fitting[best] / base:.1%} faster, inside the model's {1 - need:.0%} error for one knob")
+    else:
+        chosen = best
+        why = "fastest predicted that fits" + (f", {1 - fitting[best] / base:.1%} faster than 1, beyond the model's "
+                                               f"{1 - need:.0%} error" if base and best != 1 else "")
+    listed = ", ".join(f"{m}: {'does not fit or breaks a rule' if s is None else f'{s:.3f} s'}" for m, s in steps.items())
+    ctx.set("micro_batch_size", chosen, "goal", f"auto: {why} (predicted step per micro-batch size: {listed})",
+            rejected=[(m, "not faster" if s is not None else "does not fit") for m, s in steps.items() if m != chosen],
+            path=("training", "micro_batch_size"))
+
+
 def plan(ctx: Context) -> None:
     """Search, then record the winner's settings with reasons."""
+    micro_batch(ctx)
     res = search(ctx)
     w = res.winner
     est = w.est

@@ -57,6 +57,8 @@ def base(ctx: Context) -> None:
             else "Transformer Engine layer spec")
     for key in ("seq_length", "global_batch_size", "micro_batch_size", "train_iters", "seed"):
         ctx.user_or(key, ("training", key), t[key], "default", "schema default")
+    if t["micro_batch_size"] == "auto":  # decide.plan searches it; 1 (the documented default) until then
+        ctx.set("micro_batch_size", 1, "goal", "auto: decided with the plan", path=("training", "micro_batch_size"))
     prec = t["precision"]
     bf16, fp16, fp8, fp4 = PRECISIONS[prec]
     ppath = ("training", "precision")

@@ -168,7 +168,13 @@ def _dispatchers(ctx: Context) -> list[str]:
         return ["alltoall"]
     # The ranking is a stable sort, so a tie in predicted time goes to the earlier backend: DeepEP before HybridEP
     # (the model costs their links alike; DeepEP is the older, more widely deployed one).
-    return ["alltoall"] + [b for b in FLEX if b in ctx["gpu_flex_backends"]]
+    # A flex backend the cluster profile's probe found missing there (`mocompile probe`) would only fail its
+    # preflight (RUN003/RUN013): not offered.
+    missing = set(((ctx.hw.get("cluster") or {}).get("missing")) or [])
+    return ["alltoall"] + [b for b in FLEX if b in ctx["gpu_flex_backends"] and NEEDS.get(b) not in missing]
+
+
+NEEDS = {"deepep": "deep_ep", "hybridep": "hybrid_ep"}  # what `mocompile probe` records for each flex backend
 
 
 def _bools(ctx: Context, path: tuple[str, str], goal_default: list[bool]) -> list[bool]:
@@ -664,7 +670,7 @@ def _from_json(d: dict[str, Any]) -> Scored:
 def search(ctx: Context) -> SearchResult:
     """The verdict for this intent: from the plan cache (command line only) or a fresh search."""
     # the profile's values (hash included), not only its path: an edited profile must re-plan
-    key = {"intent": ctx.intent, "cluster": ctx.hw.get("cluster")}
+    key = {"intent": ctx.intent, "cluster": ctx.hw.get("cluster"), "micro_batch_size": ctx["micro_batch_size"]}
     cached = plancache.get(key)
     if cached is not None:
         try:
