@@ -7,6 +7,7 @@ back from generated/.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import replace
 
 import pytest
@@ -1369,3 +1370,33 @@ def test_flex_dispatch_spreads_a_tokens_top_k_over_nodes_fractionally():
     net = 4096.0 * steptime._distinct(k, nodes) * (nodes - 1) / nodes * token_bytes / (50e9 * c["flex_efficiency"])
     assert got == pytest.approx(max(nvl, net) + c["flex_latency_s"], rel=1e-9)
     assert steptime._distinct(k / nodes, local) != steptime._distinct(k // nodes, local)
+
+
+def _plan_ctx(extra: str = "", layers: int = 48):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from anchor_intents import context_for
+
+    return context_for("schema: 1\nname: r\nmodel: {base: qwen3-30b-a3b, num_layers: %d}\nhardware: {gpu: h100, nodes: 4}\n"
+                       "goal: throughput\n%s" % (layers, extra))
+
+
+def test_a_single_pipeline_stage_has_no_interleaving():
+    p = {"vpp": None}
+    assert search._vpps(_plan_ctx(), p, 1) == [1]
+    assert search._vpps(_plan_ctx(), p, 2)[:2] == [1, 2]  # two stages may interleave
+
+
+def test_an_even_pipeline_split_needs_no_layout_and_an_uneven_one_gets_one():
+    """48 layers over 2 stages split evenly: Megatron's default split, no pipeline_model_parallel_layout; 47
+    layers do not (Bridge's balanced layout puts embedding and loss on the end stages)."""
+    assert search._derive_layout(_plan_ctx(), 2, 1) is None
+    assert search._derive_layout(_plan_ctx(), 1, 1) is None
+    assert isinstance(search._derive_layout(_plan_ctx(layers=47), 2, 1), str)
+
+
+def test_local_cuda_graphs_pinned_capture_a_scope():
+    """cuda_graphs.impl: local (Megatron's own capture) is a graph plan, like transformer_engine: the search
+    offers the router scopes with it, never 'no graphs'."""
+    assert search._graph_options(_plan_ctx("cuda_graphs: {impl: local}\n")) == ["te_rp"]
+    assert search._graph_options(_plan_ctx("cuda_graphs: {impl: none}\n")) == ["none"]
+    assert search._graph_options(_plan_ctx("cuda_graphs: {impl: full_iteration}\n")) == ["full_iteration"]

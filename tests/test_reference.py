@@ -16,6 +16,7 @@ import pytest
 from conftest import FIXTURES, ROOT, overrides
 from mocompile.catalogue import _defaults, models
 from mocompile.pipeline import analyse
+from mocompile import steptime
 from mocompile.resolve import reference, search
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -237,3 +238,72 @@ def test_an_impossible_model_gets_its_rule_not_an_internal_error(tmp_path):
                     "goal: throughput\n")
     r = analyse(str(path))
     assert "MOE003" in {d.rule for d in r.errors}
+
+
+# --- survivors of the 2026-11-27 mutation run ---------------------------------------------------------------
+
+def test_the_nearest_scale_is_the_fewest_doublings_away():
+    """Qwen3-30B-A3B H100 BF16 on 128 GPUs: NVIDIA tuned it at 16 and 64; 64 is one doubling away, 16 three:
+    the 64-GPU recipe is the reference (the distance is |log2(recipe GPUs / intent GPUs)|)."""
+    a = next(r for r in ROWS if r["recipe"] == "qwen3_30b_a3b_pretrain_64gpu_h100_bf16_config")
+    ctx = context_for(intent_text(dict(a, gpus=128, gbs=a["gbs"] * 2)))
+    assert reference.nearest(ctx)["recipe"] == a["recipe"]
+
+
+def test_a_model_with_no_size_has_no_nearest_recipe():
+    """A model whose parameters come to nothing (a rule refuses it) is compared with nothing, not divided by."""
+    a = next(r for r in ROWS if r["recipe"] == "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config")
+    ctx = context_for(intent_text(a))
+    ctx.model = dict(ctx.model, hidden_size=0)
+    assert reference.nearest(ctx) is None
+
+
+def test_a_recipe_moved_onto_a_stack_without_te_drops_delayed_wgrad():
+    """DeepSeek-V3's B200 MXFP8 recipe delays the weight gradients, a TE feature: moved onto an intent whose
+    stack has no Transformer Engine, the plan keeps its layout and overlap but not delayed wgrad."""
+    a = next(r for r in search.anchors() if r["recipe"] == "deepseek_v3_pretrain_256gpu_b200_fp8mx_config")
+    assert a["delay_wgrad"]
+    text = intent_text(a).replace("precision: mxfp8", "precision: bf16") + "versions: {transformer_engine: none}\n"
+    ctx = context_for(text)
+    cand = reference.moved(ctx, a, search.layouts_for(ctx, a["gpus"]))
+    assert cand.delay_wgrad is False
+    with_te = context_for(intent_text(a))
+    assert reference.moved(with_te, a, search.layouts_for(with_te, a["gpus"])).delay_wgrad is True
+
+
+class _Est:
+    def __init__(self, exposed: float):
+        self.terms, self.step_s = {"a2a_exposed": exposed}, 1.0
+
+
+class _Scorer:
+    """Stands in for the scorer: every plan predicted 1 s/step with ``exposed`` s of exposed all-to-all."""
+
+    def __init__(self, exposed: float):
+        self.exposed = exposed
+
+    def score(self, cand):
+        return search.Scored(cand, _Est(self.exposed), {"total_gib": 1.0}, True)
+
+
+def _first(*layouts):
+    return [search.Scored(steptime.Candidate(**lay), _Est(0.0), {"total_gib": 1.0}, fits) for lay, fits in layouts]
+
+
+def test_the_defaults_take_the_least_model_parallelism_counting_context_parallel_too():
+    """TP x PP x CP: PP2 x CP2 (4-way) is more model parallelism than TP2 (2-way), whatever the ranking."""
+    ctx = _ctx("h100", 8, "moe: {overlap: false}\n")
+    first = _first(({"pp": 2, "cp": 2, "ep": 8}, True), ({"tp": 2, "ep": 8}, True), ({"ep": 8}, False))
+    assert (lambda c: (c.tp, c.pp, c.cp))(reference.defaults(ctx, _Scorer(0.0), first)) == (2, 1, 1)
+
+
+@pytest.mark.parametrize("ep,exposed,pin,want", [
+    (2, 0.5, "", True),           # half the step in exposed all-to-all at EP 2: overlap on
+    (2, 0.1, "", False),          # inside the model's error: the documented default (off) stays
+    (1, 0.5, "", False),          # no expert parallelism: nothing to overlap
+    (2, 0.5, "moe: {overlap: false}\n", False),  # pinned off: never turned on
+])
+def test_the_defaults_overlap_only_what_the_model_sees_exposed_beyond_its_error(ep, exposed, pin, want):
+    ctx = _ctx("h100", 8, pin)
+    cand = reference.defaults(ctx, _Scorer(exposed), _first(({"ep": ep}, True)))
+    assert cand.overlap is want

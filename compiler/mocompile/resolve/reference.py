@@ -148,7 +148,7 @@ def nearest(ctx: Context) -> dict[str, Any] | None:
 def moved(ctx: Context, a: dict[str, Any], layouts: list[Any]) -> Candidate:
     """A recipe moved onto this setting: the legal layout nearest its own (log2 distance per size), its
     dispatcher, overlap, delayed wgrad, recompute and graphs where this setting offers them."""
-    from mocompile.resolve.search import _dispatchers, _graph_options, anchor_candidate
+    from mocompile.resolve.search import anchor_candidate
 
     cand = anchor_candidate(ctx, a)
     sizes = ("tp", "pp", "vpp", "ep", "etp", "cp")
@@ -161,10 +161,7 @@ def moved(ctx: Context, a: dict[str, Any], layouts: list[Any]) -> Candidate:
 
     lay = min(layouts, key=far)
     cand = replace(cand, **{k: getattr(lay, k) for k in sizes})
-    if cand.dispatcher not in _dispatchers(ctx):
-        cand = replace(cand, dispatcher=default_dispatcher(ctx, cand.ep * cand.etp))
-    if cand.graphs not in _graph_options(ctx):
-        cand = replace(cand, graphs=_graph_options(ctx)[0])
+    # anchor_candidate already gave it a dispatcher and graph scopes this setting offers
     if cand.delay_wgrad and ctx["te_version"] is None:
         cand = replace(cand, delay_wgrad=False)
     return cand
