@@ -6,7 +6,7 @@ import json
 import os
 import sys
 import types
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from mocompile import formats
 from mocompile.cli import emit_diagnostics, json_dump
@@ -363,17 +363,24 @@ def cmd_models(args: argparse.Namespace) -> int:
     return EXIT_CLEAN
 
 
-def cmd_diagnose(args: argparse.Namespace) -> int:
-    """Read a run, name its dominant wall, rank the guidance's changes by predicted gain (mocompile.diagnose)."""
-    from mocompile import diagnose
+def _measured_report(args: argparse.Namespace, build: Callable[[], dict], text: Callable[[dict], str]) -> int:
+    """Run one of the measuring commands (diagnose, probe, tune): a positioned input problem exits 2 with its
+    diagnostics, else the report prints as text or JSON."""
     try:
-        report = diagnose.diagnose(args.runs, args.lock, args.recipe, args.sets)
+        report = build()
     except InputError as exc:
         emit_diagnostics(types.SimpleNamespace(format="text" if args.format == "auto" else args.format,
                                                verb="lint", no_color=True), exc.diagnostics)
         return EXIT_INPUT
-    print(json_dump(report) if _fmtname(args) == "json" else diagnose.text(report))
+    print(json_dump(report) if _fmtname(args) == "json" else text(report))
     return EXIT_CLEAN
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    """Read a run, name its dominant wall, rank the guidance's changes by predicted gain (mocompile.diagnose)."""
+    from mocompile import diagnose
+    return _measured_report(args, lambda: diagnose.diagnose(args.runs, args.lock, args.recipe, args.sets),
+                            diagnose.text)
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
@@ -381,10 +388,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from mocompile import probe
     if args.gpus_per_node < 1:
         raise UsageError("--gpus-per-node must be at least 1")
-    report = probe.probe(args.output, args.gpu, args.gpus_per_node, args.name, args.repeats, args.iterations,
-                         args.python, args.work, args.from_runs, quiet=_fmtname(args) == "json")
-    print(json_dump(report) if _fmtname(args) == "json" else probe.text(report))
-    return EXIT_CLEAN
+    return _measured_report(args, lambda: probe.probe(
+        args.output, args.gpu, args.gpus_per_node, args.name, args.repeats, args.iterations, args.python, args.work,
+        args.from_runs, quiet=_fmtname(args) == "json"), probe.text)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -392,13 +398,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from mocompile import tune
     if args.band is not None and not 0 <= args.band <= 1:
         raise UsageError("--band is a share of the fastest predicted step, from 0 to 1 (e.g. 0.15)")
-    try:
+
+    def build() -> dict:
         rep = tune.tune(args.recipe, args.sets, args.band, args.max_plans, args.iterations, args.repeats, args.work,
                         quiet=_fmtname(args) == "json", timeout=args.timeout)
         tune.finish(rep, args.recipe, args.sets, args.write)
-    except InputError as exc:
-        emit_diagnostics(types.SimpleNamespace(format="text" if args.format == "auto" else args.format,
-                                               verb="lint", no_color=True), exc.diagnostics)
-        return EXIT_INPUT
-    print(json_dump(rep) if _fmtname(args) == "json" else tune.text(rep))
-    return EXIT_CLEAN
+        return rep
+
+    return _measured_report(args, build, tune.text)
