@@ -52,6 +52,7 @@ def main() -> int:
                         help="the planner run (run_planner.sh): its scope, tests and sample in the header")
     parser.add_argument("--modules", action="store_true",
                         help="the input and emission run (run_modules.sh): its scope and tests in the header")
+    parser.add_argument("--head", help="the section's opening paragraph (what was run, with which tests)")
     parser.add_argument("sessions", nargs="+")
     args = parser.parse_args()
     known = reasons()
@@ -72,7 +73,9 @@ def main() -> int:
                 if test == "SURVIVED":
                     before, after = _changed(diff or "")
                     survivors.append((module, row, col, op, before, after))
-    if args.modules:
+    if args.head:
+        head = [args.head]
+    elif args.modules:
         head = [f"cosmic-ray 8.7.0 over the loader, input limits, schema, model catalogue and emission at commit "
                 f"`{args.commit}` (`benchmarks/mutation/run_modules.sh`), a fixed random sample per module (seed 13). "
                 "Each session runs on a copy of the tree WITHOUT `generated/`: a test that compares with committed "
