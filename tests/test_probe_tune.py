@@ -270,6 +270,8 @@ def test_a_plan_that_fails_on_the_cluster_is_dropped_and_named(tmp_path):
     (["tune", "recipes/tiny-moe-h100x2.yaml", "--iterations", "3"], "--iterations"),
     (["probe", "-o", "clusters/x.yaml", "--gpu", "h100", "--gpus-per-node", "0"], "--gpus-per-node"),
     (["probe", "-o", "clusters/x.yaml", "--gpu", "h100"], "--gpus-per-node"),
+    (["probe", "-o", "clusters/x.yaml", "--gpu", "h100", "--gpus-per-node", "2", "--from-runs", "nowhere"],
+     "no such folder"),
 ])
 def test_bad_options_exit_2_with_a_message_and_no_traceback(args, needle):
     proc = run_cli(*args)

@@ -201,6 +201,8 @@ def probe(output: str, gpu: str, gpus_per_node: int, name: str | None = None, re
     if repeats < 1 or iterations <= measure.WARMUP_STEPS + 2:
         raise UsageError(f"--repeats must be >= 1 and --iterations > {measure.WARMUP_STEPS + 2} (warm-up steps "
                          "are not timed)")
+    if from_runs is not None and not os.path.isdir(from_runs):
+        raise UsageError(f"--from-runs {from_runs}: no such folder (it holds a probe's probe-<n>.jsonl files)")
     root = find_root(os.path.dirname(os.path.abspath(output))) or os.getcwd()
     work = os.path.abspath(work or os.path.join(root, ".mocompile", "probe"))
     if os.path.commonpath([root, work]) != root:
@@ -240,8 +242,8 @@ def probe(output: str, gpu: str, gpus_per_node: int, name: str | None = None, re
     bar.close()
     medians = [r["median_ms"] for r in runs if r["median_ms"]]
     if not medians:
-        log = os.path.join(work, "runs", "probe-1.log")
-        raise UsageError(f"no probe run produced step times (see {log}); the profile was not written")
+        where = f"in {from_runs}" if from_runs is not None else f"(see {os.path.join(work, 'runs', 'probe-1.log')})"
+        raise UsageError(f"no probe run produced step times {where}; the profile was not written")
     predict = predictor(work, recipe)
     measured_s = statistics.median(medians) / 1000.0
     factor, note = fit_host_factor(measured_s, predict)
