@@ -9,6 +9,7 @@ documented defaults.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import sys
 
 import pytest
@@ -307,3 +308,46 @@ def test_the_defaults_overlap_only_what_the_model_sees_exposed_beyond_its_error(
     ctx = _ctx("h100", 8, pin)
     cand = reference.defaults(ctx, _Scorer(exposed), _first(({"ep": ep}, True)))
     assert cand.overlap is want
+
+
+@pytest.mark.parametrize("model_id,counted", [("qwen3-30b-a3b", 3.35), ("qwen3-235b-a22b", 22.19)])
+def test_a_models_size_counts_only_the_experts_a_token_uses_as_active(model_id, counted):
+    """The size compared between architectures: total parameters, and active ones = total minus the experts
+    a token does not route to (1 - top-k / experts of them): Qwen3's cards say 3.3B and 22B active, counted
+    3.35B and 22.19B with embeddings (data/models.yaml)."""
+    size = reference._size(_catalogue(model_id))
+    assert size[1] < size[0]
+    assert size[1] / 1e9 == pytest.approx(counted, rel=0.01)
+
+
+def test_the_defaults_pick_the_dispatcher_for_the_whole_expert_group():
+    """ETP x EP = 16 on 8-GPU H100 nodes spans two nodes: DeepEP, per the guidance."""
+    ctx = _ctx("h100", 8, "moe: {overlap: false}\n")
+    assert reference.defaults(ctx, _Scorer(0.0), _first(({"ep": 16}, True))).dispatcher == "deepep"
+    assert reference.defaults(ctx, _Scorer(0.0), _first(({"ep": 8}, True))).dispatcher == "alltoall"
+
+
+class _Settler(_Scorer):
+    """Memory by recompute rung: no recompute 90 GiB, full recompute 40 GiB, against a 70 GiB limit."""
+
+    limit = 70.0
+
+    def total_gib(self, cand):
+        return 90.0 if cand.recompute[0] is None else 40.0
+
+    def lightest_fitting(self, cand, rungs):
+        return replace(cand, recompute=("full", None, "uniform", 1))
+
+    def score(self, cand, label=None):
+        return search.Scored(cand, _Est(0.0), {"total_gib": self.total_gib(cand)}, self.total_gib(cand) <= self.limit)
+
+    def check(self, s):
+        return []
+
+
+def test_a_reference_over_the_memory_limit_moves_to_its_lightest_fitting_recompute_and_one_under_keeps_its_own():
+    over = steptime.Candidate(ep=8)
+    s = reference._settle(_Settler(0.0), over, {False: [], True: []}, "x", "defaults")
+    assert s.cand.recompute[0] == "full" and s.kind == "defaults"
+    under = steptime.Candidate(ep=8, recompute=("selective", ("moe_act",), None, None))
+    assert reference._settle(_Settler(0.0), under, {False: [], True: []}, "x", "near").cand == under
