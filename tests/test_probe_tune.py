@@ -218,6 +218,16 @@ def test_tune_measures_the_close_plans_records_them_and_pins_the_winner_only_wit
     assert rep["profile_entries_added"] == sum(1 for r in rep["plans"] if r["measured_ms"])
     assert "host_factor: 5.18" in prof.read_text() and "# The 4x H100" in prof.read_text()  # comments kept
     assert analyse(str(recipe)).plan.hardware["cluster"]["host_factor"] == 5.18
+    # the lock and explain say what was measured there for this recipe (and only for it)
+    seen = analyse(str(recipe)).plan.hardware["cluster"]["measured"]
+    assert sorted(e["plan"] for e in seen) == sorted(r["plan"] for r in rep["plans"] if r["measured_ms"])
+    assert all(e["median_ms"] == round(e["median_ms"], 1) for e in seen)
+    other = recipe.parent / "other.yaml"
+    other.write_text(recipe.read_text().replace("name: bench-te-mid-auto", "name: other"))
+    assert analyse(str(other)).plan.hardware["cluster"]["measured"] == []
+    shown = run_cli("explain", str(recipe)).stdout
+    assert "cluster profile ../clusters/lent-h100x4.yaml (lent-h100x4): host_factor 5.18" in shown
+    assert shown.count("  measured  TP1") == len(seen)
     # --write pins the winner: the recipe then compiles to exactly that plan
     tune.finish(rep, str(recipe), [], write=True)
     assert "# Transformer Engine grid" in recipe.read_text()  # the user's comments survive the edit

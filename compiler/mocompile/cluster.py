@@ -86,7 +86,11 @@ def read(doc: Document) -> None:
     doc.files.insert(0, full)  # hashed like a base file: a changed profile makes generated files stale
     doc.cluster = {"path": path, "file": full, "sha256": hashlib.sha256(text.encode()).hexdigest()[:16],
                    "name": data.get("name"), "source": data.get("source"), "host_factor": float(factor),
-                   "missing": [str(m) for m in (data.get("probe") or {}).get("missing") or []]}
+                   "missing": [str(m) for m in (data.get("probe") or {}).get("missing") or []],
+                   # what `mocompile tune` measured there for this recipe (its name): explain and the lock say it
+                   "measured": [{k: e.get(k) for k in ("plan", "median_ms", "runs", "spread", "predicted_ms")}
+                                for e in data.get("measured") or []
+                                if isinstance(e, dict) and e.get("recipe") == doc.data.get("name")]}
 
 
 def apply(hw: dict[str, Any], doc: Document) -> dict[str, Any]:
@@ -94,5 +98,6 @@ def apply(hw: dict[str, Any], doc: Document) -> dict[str, Any]:
     profile = getattr(doc, "cluster", None)
     if profile:
         hw["host_factor"] = profile["host_factor"]
-        hw["cluster"] = {k: profile[k] for k in ("path", "sha256", "name", "source", "host_factor", "missing")}
+        hw["cluster"] = {k: profile[k] for k in ("path", "sha256", "name", "source", "host_factor", "missing",
+                                                  "measured")}
     return hw

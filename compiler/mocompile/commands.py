@@ -259,9 +259,21 @@ def cmd_explain(args: argparse.Namespace) -> int:
               f"{m.get('activations_gib')}, logits {m.get('logits_gib')}) + dispatcher buffers "
               f"{m.get('dispatcher_buffers_gib')} + NCCL/context")
         _print_planner(plan.planner)
+        _print_cluster(plan.hardware.get("cluster"))
         if r.diagnostics:
             print(formats.text(r.diagnostics))
     return EXIT_FINDINGS if r.errors else EXIT_CLEAN
+
+
+def _print_cluster(c: dict | None) -> None:
+    """The cluster profile the prediction used, and what was measured there for this recipe (mocompile tune)."""
+    if not c:
+        return
+    print(f"cluster profile {visible(c['path'])} ({visible(c.get('name'))}): host_factor {c['host_factor']}"
+          + (f"; missing there: {', '.join(visible(m) for m in c['missing'])}" if c.get("missing") else ""))
+    for e in c.get("measured") or []:
+        print(f"  measured  {visible(e.get('plan'))}: {visible(e.get('median_ms'))} ms over {visible(e.get('runs'))} "
+              f"run(s), spread {visible(e.get('spread'))} (predicted then {visible(e.get('predicted_ms'))} ms)")
 
 
 def _print_planner(p: dict) -> None:

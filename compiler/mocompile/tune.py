@@ -260,7 +260,7 @@ def record(report_: dict[str, Any], state: dict[str, Any], profile: str, recipe_
     for row in report_["plans"]:
         if row["measured_ms"] is None:
             continue
-        measured.append({"recipe": recipe_name, "plan": row["plan"], "median_ms": row["measured_ms"],
+        measured.append({"recipe": recipe_name, "plan": row["plan"], "median_ms": round(row["measured_ms"], 1),
                          "runs": len(row["runs"]), "spread": row["spread"], "iterations": state["iterations"],
                          "predicted_ms": row["predicted_ms"], "pins": dict(state["candidates"][row["id"]]["pins"])})
         added += 1
