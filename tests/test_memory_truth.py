@@ -255,3 +255,18 @@ def test_only_the_recipes_knobs_with_at_most_its_graph_buffers_are_covered(tmp_p
     assert sc.shipped(replace(shipped, graphs="none")) == recipe
     assert sc.shipped(replace(shipped, ep=4)) is None                   # another layout: not what was measured
     assert sc.shipped(replace(shipped, overlap=True)) is None
+
+
+def test_a_shipped_recipe_over_the_headroom_says_why_its_recompute_is_not_heavier(tmp_path):
+    """NVIDIA's Qwen3-30B-A3B 8x B200 BF16 recipe with its recompute left auto: the plan is still the shipped
+    recipe, estimated over the planner's 166 GiB headroom (within the measured error), so the recompute decision
+    says it runs as shipped rather than claiming the lightest recompute that fits."""
+    recipe = "qwen3_30b_a3b_pretrain_8gpu_b200_bf16_config"
+    text = init.intent_text(init.find(recipe))
+    path = tmp_path / "r.yaml"
+    path.write_text("\n".join(line for line in text.splitlines() if not line.startswith("recompute:")) + "\n")
+    plan = analyse(str(path)).plan
+    assert plan["shipped_recipe"] == recipe and plan["memory_estimate_gib"] > 166
+    assert plan.settings["recompute_granularity"].reason == (
+        f"the shipped recipe's ({recipe}): {plan['memory_estimate_gib']:.1f} GiB, over the 166 GiB usable, run as "
+        "shipped (see memory_limit_gib)")
