@@ -129,16 +129,13 @@ class Progress:
 
 
 def write_json_atomic(path: str, data: Any) -> None:
-    """Write ``data`` as JSON so that a reader (or a resumed run) sees the old or the new file whole."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=1, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """``data`` as JSON, written atomically (a resumed ``tune`` reads its state whole)."""
+    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 def write_text_atomic(path: str, text: str) -> None:
+    """Write beside ``path``, flush to disk, rename into place: a reader sees the old or the new file whole,
+    and an error propagates (unlike the caches' writer in datafiles.py, this is the user's data)."""
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
         fh.write(text)
