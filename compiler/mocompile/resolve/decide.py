@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from mocompile import memory, steptime
 from mocompile.resolve.context import Context
-from mocompile.resolve.search import (Scorer, knob_distance, pins, required_ratio, search, settings, trust_margin, verdict,
-                                      why_lost)
+from mocompile.resolve.search import (Scorer, SearchResult, knob_distance, pins, required_ratio, search, settings,
+                                      trust_margin, verdict, why_lost)
 
 # Intent path of each field the planner sets (pinned values keep their position).
 PATHS: dict[str, tuple[str, ...]] = {
@@ -38,25 +38,28 @@ GOAL_WHY = {"throughput": "fastest predicted plan", "fit": "lowest predicted mem
 MBS_CHOICES = (1, 2, 4, 8, 16)
 
 
-def micro_batch(ctx: Context) -> None:
+def micro_batch(ctx: Context) -> SearchResult | None:
     """``training.micro_batch_size: auto``: search the plan at each micro-batch size the batch allows and keep
     the fastest that fits, 1 (the documented default) unless another is predicted faster by more than the
     model's error for one knob. A larger micro-batch launches the same kernels for more tokens: the first cure
     for a launch-bound step (the GPU waiting for the host), at the cost of activation memory and pipeline
-    bubbles. Only goal throughput searches; fit and bring-up keep 1 (least memory)."""
-    if ctx.pinned("training", "micro_batch_size") is not None or ctx.intent["training"].get("micro_batch_size") != "auto":
-        return
+    bubbles. Only goal throughput searches; fit and bring-up keep 1 (least memory). Returns the search at the
+    chosen size (so that ``plan`` does not search it again), or None where nothing was searched."""
+    if ctx.intent["training"].get("micro_batch_size") != "auto":
+        return None
     if ctx.goal != "throughput":
         ctx.set("micro_batch_size", 1, "goal", f"auto under goal {ctx.goal}: 1, the least activation memory",
                 path=("training", "micro_batch_size"))
-        return
+        return None
     gbs, world = ctx["global_batch_size"], ctx["world_size"]
     steps: dict[int, float | None] = {}
+    results: dict[int, SearchResult] = {}
     for mbs in MBS_CHOICES:
         if mbs > 1 and gbs % mbs:
             continue
         ctx.set("micro_batch_size", mbs, "goal", "trial")
-        w = search(ctx).winner
+        results[mbs] = search(ctx)
+        w = results[mbs].winner
         steps[mbs] = w.step if w.fits and not w.broken else None
         if mbs * world > gbs:
             break  # no layout runs more than one micro-batch per rank beyond this
@@ -76,12 +79,12 @@ def micro_batch(ctx: Context) -> None:
     ctx.set("micro_batch_size", chosen, "goal", f"auto: {why} (predicted step per micro-batch size: {listed})",
             rejected=[(m, "not faster" if s is not None else "does not fit") for m, s in steps.items() if m != chosen],
             path=("training", "micro_batch_size"))
+    return results.get(chosen)
 
 
 def plan(ctx: Context) -> None:
     """Search, then record the winner's settings with reasons."""
-    micro_batch(ctx)
-    res = search(ctx)
+    res = micro_batch(ctx) or search(ctx)
     w = res.winner
     est = w.est
     head = (f"{GOAL_WHY[ctx.goal]}: {est.step_s:.2f} s/step, {est.tflops_per_gpu:.0f} TFLOPS/GPU, "
