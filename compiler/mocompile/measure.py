@@ -14,7 +14,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -28,7 +27,6 @@ class Outcome:
     rc: int
     step_ms: list[float]
     log: str
-    seconds: float
 
     @property
     def median_ms(self) -> float | None:
@@ -96,10 +94,9 @@ def measure(gen_dir: str, work: str, tag: str, timeout: float = 900.0, launcher:
     metrics, log = os.path.join(work, f"{tag}.jsonl"), os.path.join(work, f"{tag}.log")
     if os.path.exists(metrics):
         os.remove(metrics)  # a rerun after an interruption starts its metrics afresh
-    t0 = time.monotonic()
     rc = launcher(os.path.join(gen_dir, "torchrun.sh"),
                   {"MOCOMPILE_METRICS": os.path.abspath(metrics), "MASTER_PORT": str(free_port())}, log, timeout)
-    return Outcome(rc, steady_ms(read_metrics(metrics), warmup, skip), log, time.monotonic() - t0)
+    return Outcome(rc, steady_ms(read_metrics(metrics), warmup, skip), log)
 
 
 class Progress:

@@ -21,7 +21,7 @@ import math
 import os
 import shlex
 import statistics
-from typing import Any, Callable
+from typing import Any
 
 from mocompile import measure
 from mocompile.errors import UsageError
@@ -137,7 +137,7 @@ def _fingerprint(recipe: str, sets: list[str], options: dict[str, Any]) -> str:
 def tune(recipe: str, sets: list[str] | None = None, band: float | None = None, max_plans: int = MAX_PLANS,
          iterations: int = ITERATIONS, repeats: int = REPEATS, work: str | None = None,
          launcher: measure.Launcher = measure.run_launcher, quiet: bool = False,
-         timeout: float = 900.0, on_run: Callable[[str, int], None] | None = None) -> dict[str, Any]:
+         timeout: float = 900.0) -> dict[str, Any]:
     """Measure the close plans of ``recipe``; returns the report (state kept in ``work`` for resuming)."""
     from mocompile.emit.writer import write_outputs
     from mocompile.pipeline import compile_recipe
@@ -191,8 +191,6 @@ def tune(recipe: str, sets: list[str] | None = None, band: float | None = None, 
             if problem:
                 raise UsageError(problem)
             bar.step(f"{cid} run {n}: {cand['plan']}")
-            if on_run:
-                on_run(cid, n)
             out = measure.measure(os.path.join(gen, name), os.path.join(work, "runs"), f"{cid}-{n}",
                                   timeout=timeout, launcher=launcher)
             runs.setdefault(cid, []).append(round(out.median_ms, 2) if out.median_ms else None)
