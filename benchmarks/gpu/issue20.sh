@@ -8,7 +8,8 @@
 #   ab:N      round N of the diagnose A/B: RECIPE's plan as compiled (traced, iterations 26-28),
 #             `mocompile diagnose` on that run, then the change it ranks first compiled and run; both
 #             timed on iterations 6-24 (the profiled ones left out of both)
-#   tune      mocompile tune RECIPE with the probed profile
+#   grid      benchmarks/gpu/issue20_grid.py: the mid TE model's plans round-robin until GRID_END (s)
+#   tune      mocompile tune RECIPE with the probed profile (TUNE_SETS: more --set words)
 # Everything lands in $OUT: console log, metrics, diagnose/tune/probe JSON, the profile, traces (small).
 set -uo pipefail
 mkdir -p "${OUT}"
@@ -22,7 +23,7 @@ mc() { python3 -m mocompile "$@"; }
 say() { echo "issue20: $* at $((SECONDS - t0)) s"; }
 RECIPE="${RECIPE:-recipes/bench/bench-te-mid2-auto.yaml}"   # the plan under study (its name = its file's)
 GPUS="${GPUS:-2}"                                           # GPUs of this host the probe uses
-PROFILE="${PROFILE:-clusters/lent-h100x${GPUS}-probe.yaml}"
+PROFILE="${PROFILE:-clusters/probed-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -qi h200 && echo h200 || echo h100)x${GPUS}.yaml}"
 NAME="$(basename "${RECIPE}" .yaml)"
 
 run_plan() {  # GENERATED_DIR RUN_DIR: one launcher run in its own folder (Bridge writes ./torch_profile there)
@@ -85,14 +86,21 @@ for phase in "$@"; do
       for d in /tmp/ab/*-"${n}"; do cp "${d}/metrics.jsonl" "${OUT}/ab/$(basename "${d}").jsonl" 2>/dev/null; done
       cp /tmp/ab/auto-"${n}"/log.txt "${OUT}/ab/auto-${n}.log" 2>/dev/null
       ;;
+    grid)
+      # the mid TE model's plans with the probed profile, round-robin until GRID_END s into this call
+      python3 benchmarks/gpu/issue20_grid.py --out "${OUT}" --profile "${PROFILE}" \
+        --deadline $(( ${GRID_END:-560} - (SECONDS - t0) ))
+      say "grid rc=$?"
+      ;;
     tune)
-      mc tune "${RECIPE}" --set "hardware.cluster=../../${PROFILE}" --max-plans "${TUNE_PLANS:-4}" \
-        --iterations "${TUNE_ITERATIONS:-20}" --repeats "${TUNE_REPEATS:-3}" \
+      # shellcheck disable=SC2086  # TUNE_SETS is a list of --set words by design
+      mc tune "${RECIPE}" --set "hardware.cluster=../../${PROFILE}" ${TUNE_SETS:-} --max-plans "${TUNE_PLANS:-4}" \
+        --iterations "${TUNE_ITERATIONS:-20}" --repeats "${TUNE_REPEATS:-3}" --work /tmp/tune \
         --timeout 240 --format json > "${OUT}/tune.json"
       say "tune rc=$?"; head -60 "${OUT}/tune.json"
       cp "${PROFILE}" "${OUT}/" 2>/dev/null
-      mkdir -p "${OUT}/tune-runs"; cp ".mocompile/tune/${NAME}/runs/"*.jsonl "${OUT}/tune-runs/" 2>/dev/null
-      cp ".mocompile/tune/${NAME}/state.json" "${OUT}/tune-state.json" 2>/dev/null
+      mkdir -p "${OUT}/tune-runs"; cp /tmp/tune/runs/*.jsonl "${OUT}/tune-runs/" 2>/dev/null
+      cp /tmp/tune/state.json "${OUT}/tune-state.json" 2>/dev/null
       ;;
     *) echo "unknown phase ${phase}" >&2; exit 2 ;;
   esac

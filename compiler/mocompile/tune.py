@@ -94,17 +94,22 @@ def candidates(recipe: str, sets: list[str], band: float | None, max_plans: int)
     if band is None:
         band = p.get("trust_margin") if p.get("trust_margin") is not None else 0.16
     pool = [p["chosen"]] + [x for x in (p.get("reference"), p.get("best")) if x] + list(p.get("runners_up") or [])
+    pool += list(p.get("micro_batch") or [])  # micro_batch_size auto: the best plan at each other size
     fastest = min(x["step_time_s"] for x in pool)
     seen: set[str] = set()
     out: list[dict[str, Any]] = []
     for x in pool:
-        if x["plan"] in seen or "pins" not in x or x["step_time_s"] > fastest * (1 + band):
+        if "pins" not in x or x["step_time_s"] > fastest * (1 + band):
+            continue
+        mbs = x["pins"].get("training.micro_batch_size")
+        label = x["plan"] + (f", MBS {mbs}" if mbs is not None else "")
+        if label in seen:
             continue
         needs = DISPATCHER_NEEDS.get(x["pins"].get("moe.dispatcher"))
         if needs and needs in missing:  # the probe found it does not import there: a run would only fail
             continue
-        seen.add(x["plan"])
-        out.append({"plan": x["plan"], "pins": x["pins"], "predicted_s": x["step_time_s"],
+        seen.add(label)
+        out.append({"plan": label, "pins": x["pins"], "predicted_s": x["step_time_s"],
                     "chosen": not out})
     head, rest = out[:1], sorted(out[1:], key=lambda x: x["predicted_s"])
     return (head + rest)[:max_plans], band

@@ -75,6 +75,7 @@ def micro_batch(ctx: Context) -> SearchResult | None:
         chosen = best
         why = "fastest predicted that fits" + (f", {1 - fitting[best] / base:.1%} faster than 1, beyond the model's "
                                                f"{1 - need:.0%} error" if base and best != 1 else "")
+    ctx.by_micro_batch = {m: results[m] for m in fitting}  # tune measures the sizes the model cannot separate
     listed = ", ".join(f"{m}: {'does not fit or breaks a rule' if s is None else f'{s:.3f} s'}" for m, s in steps.items())
     ctx.set("micro_batch_size", chosen, "goal", f"auto: {why} (predicted step per micro-batch size: {listed})",
             rejected=[(m, "not faster" if s is not None else "does not fit") for m, s in steps.items() if m != chosen],
@@ -170,6 +171,14 @@ def plan(ctx: Context) -> None:
             round(required_ratio(margin, knob_distance(res.best.cand, ref.cand)), 4)},
         "model": "steptime " + steptime.__name__,
     }
+    if ctx.by_micro_batch:  # micro_batch_size auto: every plan names its size, so tune runs it as predicted
+        for entry in [ctx.planner["chosen"], ctx.planner["reference"], ctx.planner["best"], *ctx.planner["runners_up"]]:
+            if entry is not None and "pins" in entry:
+                entry["pins"]["training.micro_batch_size"] = ctx["micro_batch_size"]
+        ctx.planner["micro_batch"] = [
+            dict(r.winner.summary(), micro_batch_size=m,
+                 pins=dict(pins(ctx, r.winner.cand), **{"training.micro_batch_size": m}))
+            for m, r in sorted(ctx.by_micro_batch.items()) if m != ctx["micro_batch_size"]]
     ctx.set("shipped_recipe", shipped, "derived",
             "the Bridge perf recipe this plan runs as shipped: its knobs (at most its CUDA-graph buffers), batch "
             "shape, forced balance, BF16 gradient reduction and TE (data/anchors.yaml)" if shipped else
