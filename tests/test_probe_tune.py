@@ -307,3 +307,32 @@ def test_tune_skips_plans_whose_dispatcher_the_probe_found_missing(tmp_path):
     assert plans and all(p["pins"]["moe.dispatcher"] == "alltoall" for p in plans)
     prof.write_text(prof.read_text().replace('["deep_ep", "hybrid_ep"]', '["hybrid_ep"]'))
     assert {p["pins"]["moe.dispatcher"] for p in tune.candidates(str(recipe), [], None, 8)[0]} == {"alltoall", "deepep"}
+
+
+MID = ROOT / "recipes" / "bench" / "bench-te-mid-auto.yaml"
+ON_4XH200 = "hardware.cluster=../../clusters/probed-h200x4.yaml"  # probed on the 4x H200 host (issue 20's run)
+
+
+def test_with_micro_batch_size_auto_tune_also_measures_the_sizes_the_model_cannot_separate():
+    plans, band = tune.candidates(str(MID), [ON_4XH200, "training.micro_batch_size=auto"], None, 8)
+    res = analyse(str(MID), [ON_4XH200, "training.micro_batch_size=auto"])
+    chosen = res.plan["micro_batch_size"]
+    # every plan names its micro-batch size, so a run compiles exactly the plan predicted (no second search)
+    assert all("training.micro_batch_size" in p["pins"] for p in plans)
+    assert plans[0]["chosen"] and plans[0]["pins"]["training.micro_batch_size"] == chosen
+    assert all(p["plan"].endswith(f", MBS {p['pins']['training.micro_batch_size']}") for p in plans)
+    sizes = {p["pins"]["training.micro_batch_size"] for p in plans}
+    assert len(sizes) >= 2, plans  # 8 (TP2, 0.460 s) and 4 (TP1, 0.483 s) are 5 % apart, inside the 16 % band
+    fastest = min(p["predicted_s"] for p in plans)
+    assert all(p["predicted_s"] <= fastest * (1 + band) for p in plans)
+    # the best plan of each other size is there, and none of a size predicted beyond the band (1 and 2)
+    alts = {x["micro_batch_size"]: x for x in res.plan.planner["micro_batch"]}
+    assert chosen not in alts and set(alts) >= {1, 2, 4}
+    assert alts[2]["step_time_s"] > fastest * (1 + band) and 2 not in sizes
+
+
+def test_with_a_pinned_micro_batch_size_tune_leaves_it_to_the_recipe():
+    plans, _ = tune.candidates(str(MID), [ON_4XH200], None, 8)
+    res = analyse(str(MID), [ON_4XH200])
+    assert plans and not any("training.micro_batch_size" in p["pins"] for p in plans)
+    assert "micro_batch" not in res.plan.planner and not any("MBS" in p["plan"] for p in plans)

@@ -95,12 +95,12 @@ for phase in "$@"; do
     tune)
       # shellcheck disable=SC2086  # TUNE_SETS is a list of --set words by design
       mc tune "${RECIPE}" --set "hardware.cluster=../../${PROFILE}" ${TUNE_SETS:-} --max-plans "${TUNE_PLANS:-4}" \
-        --iterations "${TUNE_ITERATIONS:-20}" --repeats "${TUNE_REPEATS:-3}" --work /tmp/tune \
+        --iterations "${TUNE_ITERATIONS:-20}" --repeats "${TUNE_REPEATS:-3}" \
         --timeout 240 --format json > "${OUT}/tune.json"
       say "tune rc=$?"; head -60 "${OUT}/tune.json"
       cp "${PROFILE}" "${OUT}/" 2>/dev/null
-      mkdir -p "${OUT}/tune-runs"; cp /tmp/tune/runs/*.jsonl "${OUT}/tune-runs/" 2>/dev/null
-      cp /tmp/tune/state.json "${OUT}/tune-state.json" 2>/dev/null
+      mkdir -p "${OUT}/tune-runs"; cp ".mocompile/tune/${NAME}/runs/"*.jsonl "${OUT}/tune-runs/" 2>/dev/null
+      cp ".mocompile/tune/${NAME}/state.json" "${OUT}/tune-state.json" 2>/dev/null
       ;;
     *) echo "unknown phase ${phase}" >&2; exit 2 ;;
   esac

@@ -108,10 +108,28 @@ def _is_trace(path: str) -> bool:
         return False
 
 
+def profiled_iterations(lock: dict[str, Any] | None) -> set[int]:
+    """The iterations the profiler recorded (Bridge's ``profile_step_start`` up to, not including,
+    ``profile_step_end``): the profiler slows them, so they are not the run's step time."""
+    settings = (lock or {}).get("settings") or {}
+
+    def value(name: str) -> Any:
+        d = settings.get(name)
+        return d.get("value") if isinstance(d, dict) else None
+
+    start, end = value("profile_step_start"), value("profile_step_end")
+    if not value("use_pytorch_profiler") or not isinstance(start, int) \
+            or not isinstance(end, int) or isinstance(start, bool) or isinstance(end, bool):
+        return set()
+    return set(range(start, end))
+
+
 def breakdown(run: Run) -> dict[str, Any]:
     """The step's parts in ms (median over steps and traced ranks) and where they came from."""
     out: dict[str, Any] = {}
-    steady = [r for r in run.metrics if int(r.get("iteration", 0) or 0) > WARMUP_STEPS] or run.metrics
+    skip = profiled_iterations(run.lock)
+    steady = [r for r in run.metrics if int(r.get("iteration", 0) or 0) > WARMUP_STEPS
+              and int(r.get("iteration", 0) or 0) not in skip] or run.metrics
     if steady:
         times = sorted(float(r["step_ms"]) for r in steady)
         out["measured_step_ms"] = round(statistics.median(times), 1)
