@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import run_cli
+from mocompile import init
 from mocompile.pipeline import analyse
 from mocompile.resolve.search import anchors
 
@@ -22,8 +23,9 @@ def _shape(p):
 
 @pytest.mark.parametrize("name", RECIPES)
 def test_the_pinned_intent_compiles_to_the_shipped_recipe(tmp_path, name):
+    """--benchmark: the recipe as NVIDIA measured it, force-balanced routing included."""
     out = tmp_path / "intent.yaml"
-    proc = run_cli("init", "--from", name, "-o", str(out))
+    proc = run_cli("init", "--from", name, "--benchmark", "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     a = next(a for a in anchors() if a["recipe"] == name)
     r = analyse(str(out))
@@ -63,3 +65,67 @@ def test_list_names_every_recipe():
     proc = run_cli("init", "--list")
     assert proc.returncode == 0
     assert len(proc.stdout.splitlines()) == len(anchors())
+
+
+def _compile(tmp_path, text, name="intent.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return analyse(str(path))
+
+
+def test_every_listed_recipe_compiles_by_default_and_as_a_benchmark(tmp_path):
+    """`init --list` offers only what compiles: at its size, or the smallest size that holds its layout; and by
+    default with the model's own routing (a real run must learn its routing)."""
+    for i, a in enumerate(anchors()):
+        text = init.intent_text(a)
+        assert "force_balance" not in text.replace("# moe.force_balance", ""), a["recipe"]
+        r = _compile(tmp_path, text, f"{i}.yaml")
+        assert not r.errors, (a["recipe"], [(d.rule, d.message) for d in r.errors])
+        assert r.plan["moe_router_force_load_balancing"] is False
+        bench = _compile(tmp_path, init.intent_text(a, benchmark=True), f"{i}b.yaml")
+        assert not bench.errors, (a["recipe"], [(d.rule, d.message) for d in bench.errors])
+        assert bench.plan["moe_router_force_load_balancing"] is True
+
+
+def test_the_default_intent_keeps_the_recipes_knobs_with_natural_routing(tmp_path):
+    a = next(a for a in anchors() if a["recipe"] == RECIPES[0])
+    p = _compile(tmp_path, init.intent_text(a)).plan
+    assert _shape(p) == (a["tp"], a["pp"], a["vpp"], a["ep"], a["dispatcher"], a["overlap"], a["delay_wgrad"], a["gbs"])
+    assert p["moe_router_force_load_balancing"] is False
+    assert "NVIDIA measured this recipe with force-balanced routing (--benchmark)" in init.intent_text(a)
+    assert "the model does not learn routing" in init.intent_text(a, benchmark=True)
+
+
+def test_a_recipe_whose_layout_needs_more_gpus_than_its_name_is_written_at_the_smallest_size_that_holds_it(tmp_path):
+    name = "deepseek_v3_pretrain_64gpu_h100_bf16_config"  # TP2 PP8 VPP4 EP64: PP x EP = 512 GPUs
+    a = init.find(name)
+    assert a["gpus"] == 64 and init.model_parallel(a) == 512 and init.smallest_size(a) == 512
+    proc = run_cli("init", "--from", name, "-o", str(tmp_path / "dsv3.yaml"))
+    assert proc.returncode == 0 and "layout needs 512 GPUs, not 64" in proc.stderr
+    text = (tmp_path / "dsv3.yaml").read_text()
+    assert "written at 512 GPUs" in text and "nodes: 64, gpus_per_node: 8" in text
+    p = analyse(str(tmp_path / "dsv3.yaml")).plan
+    assert p["world_size"] == 512 and p["global_batch_size"] == a["gbs"] * 8  # weak-scaled by DP, as --gpus does
+    listed = run_cli("init", "--list").stdout
+    assert f"{name}" in listed and "(its layout needs 512)" in next(ln for ln in listed.splitlines() if name in ln)
+    # a recipe that fits its listed size says nothing of the sort
+    assert "needs" not in next(ln for ln in listed.splitlines() if RECIPES[0] in ln)
+
+
+def test_the_size_a_layout_needs_is_pp_times_the_lcm_of_attention_and_expert_groups():
+    base = {"tp": 1, "cp": 1, "etp": 1, "pp": 1, "ep": 1}
+    assert init.model_parallel(dict(base, tp=3, ep=4)) == 12  # not max(3, 4): both groups fold into one stage
+    assert init.model_parallel(dict(base, tp=2, cp=2, ep=8, pp=4)) == 32
+    assert init.model_parallel(dict(base, tp=4, ep=2, etp=2)) == 4
+
+
+def test_where_the_recipes_recompute_fits_only_with_balanced_routing_the_planner_adds_it(tmp_path):
+    a = init.find("qwen3_30b_a3b_pretrain_8gpu_b200_bf16_config")  # no recompute, MBS 4: 190 GiB with natural routing
+    text = init.intent_text(a)
+    assert "recompute: {granularity: auto}" in text and "fits only with force-balanced routing" in text
+    assert "micro_batch_size: auto" in text  # recompute alone is not enough at MBS 4
+    assert not _compile(tmp_path, text).errors
+    bench = init.intent_text(a, benchmark=True)  # as measured: the recipe's own knobs, kept
+    assert "micro_batch_size: 4" in bench and 'recompute: {granularity: "none"}' in bench
+    fits = init.find(RECIPES[0])  # fits with natural routing: nothing unpinned
+    assert "auto" not in init.intent_text(fits).split("schema: 1")[1]

@@ -255,6 +255,13 @@ def test_tune_resumes_after_an_interruption_without_repeating_finished_runs(tmp_
     # another option starts afresh
     rep2 = tune.tune(str(recipe), launcher=launcher, quiet=True, repeats=2)
     assert not rep2["resumed"]
+    # the profile's measured list grew (tune recorded rep2), which alone does not restart a resume ...
+    tune.finish(rep2, str(recipe), [], write=False)
+    assert tune.tune(str(recipe), launcher=launcher, quiet=True, repeats=2)["resumed"]
+    # ... but a re-probed cluster (another host factor) plans differently: start afresh
+    prof = recipe.parent.parent / "clusters" / "lent-h100x4.yaml"
+    prof.write_text(prof.read_text().replace("host_factor: 5.18", "host_factor: 6.5"))
+    assert not tune.tune(str(recipe), launcher=launcher, quiet=True, repeats=2)["resumed"]
 
 
 def test_a_plan_that_fails_on_the_cluster_is_dropped_and_named(tmp_path):

@@ -305,3 +305,20 @@ def test_muon_optimizer_state_is_smaller_than_adams():
     adam = memory.estimate(base.model, {**cfg, "optimizer": "adam"})
     muon = memory.estimate(base.model, {**cfg, "optimizer": "muon"})
     assert muon["weights_and_optimizer_gib"] < adam["weights_and_optimizer_gib"]
+
+
+def test_step_differences_read_in_ms_below_a_tenth_of_a_second_and_never_as_minus_zero():
+    from mocompile.resolve.search import signed_step
+    assert signed_step(-0.0004) == signed_step(0.0) == "same predicted step"  # was "-0.00 s"
+    assert signed_step(-0.0006) == "-1 ms" and signed_step(0.022) == "+22 ms"
+    assert signed_step(0.0999) == "+100 ms" and signed_step(0.1) == "+0.10 s" and signed_step(-0.25) == "-0.25 s"
+
+
+def test_a_flex_dispatcher_missing_on_the_clusters_nodes_is_named_not_priced():
+    from conftest import ROOT
+    from mocompile.pipeline import analyse
+    mid = str(ROOT / "recipes" / "bench" / "bench-te-mid-auto.yaml")
+    why = analyse(mid, ["hardware.cluster=../../clusters/probed-h200x4.yaml"]).plan.settings["moe_token_dispatcher_type"].reason
+    assert "deepep not offered (deep_ep missing" in why and "hybridep not offered (hybrid_ep missing" in why
+    why = analyse(mid, []).plan.settings["moe_token_dispatcher_type"].reason  # lent-h100x4: no probe, both priced
+    assert "not offered" not in why and "deepep " in why

@@ -87,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, default=None, help="weak-scale to this many GPUs (DP and global batch grow)")
     p.add_argument("-o", "--output", default=None, help="write the intent here (default: stdout); never overwrites")
     p.add_argument("--list", action="store_true", help="list the recipes mocompile knows")
+    p.add_argument("--benchmark", action="store_true",
+                   help="pin force-balanced routing as NVIDIA measures the recipe (the model does not learn routing)")
     p = sub.add_parser("diagnose", help="a run's step breakdown, its dominant wall, and the changes the model ranks")
     p.add_argument("runs", nargs="+", help="the run's output folder(s) or files: metrics *.jsonl, profiler traces, "
                                            "mocompile.lock.json")

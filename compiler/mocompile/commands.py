@@ -212,6 +212,16 @@ def cmd_explain(args: argparse.Namespace) -> int:
             print(f"{limit.name} ({limit.id})\n\ninput limit, checked while the YAML is read (exit 2){bound}\n"
                   f"Fix: {limit.hint}")
         return EXIT_CLEAN
+    from mocompile.rules.stages import checks
+    check = checks().get(target.upper())
+    if check is not None and not os.path.exists(target):
+        if _fmtname(args) == "json":
+            print(json_dump({"id": check.id, "name": check.name, "stage": check.stage, "what": check.what,
+                             "fix": check.fix}))
+        else:
+            print(f"{check.name} ({check.id})\n\nchecked at: {check.stage}\n\nWhat it checks: {check.what}\n"
+                  f"Fix: {check.fix}")
+        return EXIT_CLEAN
     if target.upper() in rules and not os.path.exists(target):
         r = rules[target.upper()]
         if _fmtname(args) == "json":
@@ -321,6 +331,16 @@ def rules_markdown() -> str:
     for r in rules():
         cells = [r.id, r.name, r.severity, r.upstream, r.message, r.hint, r.source]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    from mocompile.limits import ALL as LIMITS
+    from mocompile.rules.stages import checks
+    lines += ["", "## Outside the catalogue", "",
+              "Input limits (checked while the YAML is read), the reading and writing stages, `check`, and the "
+              "generated preflight's run-time checks. `mocompile explain ID` prints any of them.", "",
+              "| ID | name | checked at | what it checks | fix |", "|---|---|---|---|---|"]
+    rows = [[lim.id, lim.name, "reading (exit 2)", f"bound {lim.value:,}" if lim.value else "", lim.hint] for lim in LIMITS]
+    rows += [[c.id, c.name, c.stage, c.what, c.fix] for c in checks().values()]
+    for cells in rows:
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -343,13 +363,19 @@ def cmd_init(args: argparse.Namespace) -> int:
     from mocompile import init
     if args.list:
         for a in init.anchors():
-            print(f"{a['recipe']:<64} {a['gpus']:>5}x {a['gpu']:<6} {a['precision']}")
+            n = init.smallest_size(a)
+            runs_at = f"  (its layout needs {n})" if n != a["gpus"] else ""
+            print(f"{a['recipe']:<64} {a['gpus']:>5}x {a['gpu']:<6} {a['precision']}{runs_at}")
         return EXIT_CLEAN
     if not args.recipe:
         raise UsageError("init needs --from <Bridge perf recipe> (or --list)")
     if args.gpus is not None and args.gpus < 1:
         raise UsageError("--gpus must be a positive number of GPUs")
-    text = init.intent_text(init.find(args.recipe), args.gpus)
+    anchor = init.find(args.recipe)
+    text = init.intent_text(anchor, args.gpus, benchmark=args.benchmark)
+    if args.gpus is None and init.smallest_size(anchor) != anchor["gpus"]:
+        print(f"note: {anchor['recipe']}'s layout needs {init.smallest_size(anchor)} GPUs, not {anchor['gpus']}: "
+              "written at that size (weak-scaled by data parallelism)", file=sys.stderr)
     if not args.output:
         sys.stdout.write(text)
         return EXIT_CLEAN

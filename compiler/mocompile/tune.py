@@ -132,10 +132,22 @@ def pin_sets(pins: dict[str, Any]) -> list[str]:
 
 # ---------------------------------------------------------------- running
 def _fingerprint(recipe: str, sets: list[str], options: dict[str, Any]) -> str:
+    """What a saved state is valid for: the recipe's text, the options, and what the cluster profile tells the
+    planner (host factor, missing packages). Not the profile's ``measured:`` list, which tune itself extends."""
+    from mocompile.errors import InputError
+    from mocompile.pipeline import analyse
+
     h = hashlib.sha256()
     with open(recipe, "rb") as fh:
         h.update(fh.read())
-    h.update(json.dumps([sets, options], sort_keys=True).encode())
+    try:
+        res = analyse(recipe, sets)
+        cluster = dict((res.plan.hardware.get("cluster") if res.plan else None) or {})
+    except InputError:
+        cluster = {}  # candidates() reports the recipe's problem
+    cluster.pop("measured", None)
+    cluster.pop("sha256", None)
+    h.update(json.dumps([sets, options, cluster], sort_keys=True, default=str).encode())
     return h.hexdigest()[:16]
 
 

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/custom-moe-b200x8.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:7833f1c420fa708d input sha256:6341e99c59d6e90e
+# mocompile: checksum sha256:6d1e800a2a007f15 input sha256:6341e99c59d6e90e
 """custom-moe-b200x8: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 research-moe-12b on 8x NVIDIA B200 (HGX/DGX B200), goal throughput.
@@ -121,8 +121,8 @@ def build_config() -> ConfigContainer:
     model.expert_model_parallel_size = 8  # goal: part of the chosen plan (3.68 s/step; see tensor_model_parallel_size)
     model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (3.68 s/step; see tensor_model_parallel_size)
     model.sequence_parallel = False  # goal: part of the chosen plan (3.68 s/step; see tensor_model_parallel_size)
-    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (3.68 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -0.10 s; hybridep -0.08 s
-    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (3.68 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -0.10 s; hybridep -0.08 s
+    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (3.68 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -98 ms; hybridep -77 ms
+    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (3.68 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -98 ms; hybridep -77 ms
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default [OVL010]
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
@@ -148,7 +148,7 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=True,  # goal: part of the chosen plan (3.68 s/step; see tensor_model_parallel_size); overlap off: -0.05 s
+        overlap_moe_expert_parallel_comm=True,  # goal: part of the chosen plan (3.68 s/step; see tensor_model_parallel_size); overlap off: -47 ms
         delay_wgrad_compute=False,  # goal: part of the chosen plan (3.68 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=False,  # derived: no interleaved pipeline
         batch_p2p_comm=False,  # derived: not needed

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-gb200-hybridep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:10d42ed6fea12480 input sha256:b34c535796c50058
+# mocompile: checksum sha256:e61fd451287ae173 input sha256:b34c535796c50058
 """deepseek-v3-gb200-hybridep: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 DeepSeek-V3 (671B-A37B) on 256x NVIDIA GB200 NVL72, goal throughput.
@@ -96,7 +96,7 @@ def build_config() -> ConfigContainer:
     model.recompute_method = None  # goal: lightest recompute that fits: 166.2 GiB <= 171 GiB usable
     model.recompute_num_layers = None  # goal: lightest recompute that fits: 166.2 GiB <= 171 GiB usable
     model.recompute_modules = ['mla_up_proj']  # goal: lightest recompute that fits: 166.2 GiB <= 171 GiB usable
-    model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (26.92 s/step; see tensor_model_parallel_size); no graphs: +0.00 s
+    model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (26.92 s/step; see tensor_model_parallel_size); no graphs: same predicted step
     model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: part of the chosen plan (26.92 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker
     model.mtp_num_layers = 1  # model: model catalogue (deepseek-v3)

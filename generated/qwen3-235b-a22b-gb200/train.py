@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-235b-a22b-gb200.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:cb284739927f02e8 input sha256:c862d18dba0b3c94
+# mocompile: checksum sha256:e559cdc80665b7e2 input sha256:c862d18dba0b3c94
 """qwen3-235b-a22b-gb200: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-235B-A22B on 128x NVIDIA GB200 NVL72, goal throughput.
@@ -96,7 +96,7 @@ def build_config() -> ConfigContainer:
     model.recompute_method = None  # goal: lightest recompute that fits: 127.3 GiB <= 171 GiB usable
     model.recompute_num_layers = None  # goal: lightest recompute that fits: 127.3 GiB <= 171 GiB usable
     model.recompute_modules = None  # goal: lightest recompute that fits: 127.3 GiB <= 171 GiB usable
-    model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (19.19 s/step; see tensor_model_parallel_size); no graphs: +0.01 s
+    model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (19.19 s/step; see tensor_model_parallel_size); no graphs: +7 ms
     model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: part of the chosen plan (19.19 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker
     model.mtp_num_layers = None  # model: model catalogue (qwen3-235b-a22b)

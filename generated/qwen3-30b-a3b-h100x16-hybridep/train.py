@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-30b-a3b-h100x16-hybridep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:0f984905fb97b74c input sha256:fccec4779a94baee
+# mocompile: checksum sha256:5aae06fe55d23cd6 input sha256:fccec4779a94baee
 """qwen3-30b-a3b-h100x16-hybridep: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-30B-A3B on 16x NVIDIA H100 80GB HBM3, goal throughput.
@@ -96,7 +96,7 @@ def build_config() -> ConfigContainer:
     model.recompute_method = None  # goal: lightest recompute that fits: 69.6 GiB <= 74 GiB usable
     model.recompute_num_layers = None  # goal: lightest recompute that fits: 69.6 GiB <= 74 GiB usable
     model.recompute_modules = None  # goal: lightest recompute that fits: 69.6 GiB <= 74 GiB usable
-    model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (29.35 s/step; see tensor_model_parallel_size); no graphs: +0.03 s
+    model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (29.35 s/step; see tensor_model_parallel_size); no graphs: +32 ms
     model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: part of the chosen plan (29.35 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker
     model.mtp_num_layers = None  # model: model catalogue (qwen3-30b-a3b)

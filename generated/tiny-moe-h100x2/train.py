@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/tiny-moe-h100x2.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:f39c1d502a35b233 input sha256:d060e1ca0c1bf7bb
+# mocompile: checksum sha256:ce24db8788c7fd76 input sha256:d060e1ca0c1bf7bb
 """tiny-moe-h100x2: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 2x NVIDIA H100 80GB HBM3, goal throughput.
@@ -132,8 +132,8 @@ def build_config() -> ConfigContainer:
     model.expert_model_parallel_size = 2  # goal: part of the chosen plan (0.22 s/step; see tensor_model_parallel_size)
     model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.22 s/step; see tensor_model_parallel_size)
     model.sequence_parallel = False  # goal: part of the chosen plan (0.22 s/step; see tensor_model_parallel_size)
-    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (0.22 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -0.00 s; hybridep -0.00 s
-    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (0.22 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -0.00 s; hybridep -0.00 s
+    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (0.22 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -3 ms; hybridep -3 ms
+    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (0.22 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -3 ms; hybridep -3 ms
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
@@ -159,7 +159,7 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.22 s/step; see tensor_model_parallel_size); overlap on: +0.01 s
+        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.22 s/step; see tensor_model_parallel_size); overlap on: +12 ms
         delay_wgrad_compute=False,  # goal: part of the chosen plan (0.22 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=False,  # derived: no interleaved pipeline
         batch_p2p_comm=False,  # derived: not needed

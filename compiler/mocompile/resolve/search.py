@@ -636,22 +636,36 @@ def _flip(sc: Scorer, base: Scored, **change: Any) -> float | None:
     return trial.step - base.step
 
 
+def signed_step(d: float) -> str:
+    """A predicted step-time difference as a reader takes it in: milliseconds below a tenth of a second (never
+    "-0.00 s"), and "same predicted step" where that rounds to 0 ms."""
+    ms = round(d * 1000)
+    if ms == 0:
+        return "same predicted step"
+    return f"{ms:+d} ms" if abs(d) < 0.1 else f"{d:+.2f} s"
+
+
 def effects(ctx: Context, res_winner: Scored) -> dict[str, str]:
     """For the dispatcher, overlap and graph choices: what the alternatives are predicted to cost."""
     sc = Scorer(ctx)
     w = res_winner
     out: dict[str, str] = {}
     alts = []
+    missing = set(((ctx.hw.get("cluster") or {}).get("missing")) or [])
     for disp in ["alltoall"] + [b for b in FLEX if b in ctx["gpu_flex_backends"]]:
-        if disp != w.cand.dispatcher:
-            d = _flip(sc, w, dispatcher=disp, num_sms=None)
-            alts.append(f"{disp} {'illegal or does not fit' if d is None else f'{d:+.2f} s'}")
+        if disp == w.cand.dispatcher:
+            continue
+        if NEEDS.get(disp) in missing:
+            alts.append(f"{disp} not offered ({NEEDS[disp]} missing on the cluster profile's nodes)")
+            continue
+        d = _flip(sc, w, dispatcher=disp, num_sms=None)
+        alts.append(f"{disp} {'illegal or does not fit' if d is None else signed_step(d)}")
     out["dispatcher"] = "; ".join(alts)
     d = _flip(sc, w, overlap=not w.cand.overlap, delay_wgrad=False)
-    out["overlap"] = f"overlap {'off' if w.cand.overlap else 'on'}: " + ("illegal or does not fit" if d is None else f"{d:+.2f} s")
+    out["overlap"] = f"overlap {'off' if w.cand.overlap else 'on'}: " + ("illegal or does not fit" if d is None else signed_step(d))
     if w.cand.graphs != "none":
         d = _flip(sc, w, graphs="none")
-        out["graphs"] = "no graphs: " + ("illegal" if d is None else f"{d:+.2f} s")
+        out["graphs"] = "no graphs: " + ("illegal" if d is None else signed_step(d))
     return out
 
 
@@ -912,7 +926,9 @@ def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None) -> str
         measured = ", which is measured" if (anchor.kind or "shipped") == "shipped" else ""
         return (f"predicted {than}{measured}: within the model's {need:.0%} error for a plan {d} "
                 f"knob{'s' if d != 1 else ''} away from it")
-    return f"predicted {slower:+.2f} s/step ({names.get(term, term)} {delta:+.2f} s)"
+    step = signed_step(slower)
+    step = "the same step" if step == "same predicted step" else f"{step}/step"
+    return f"predicted {step} ({names.get(term, term)} {signed_step(delta)})"
 
 
 KIND_PHRASE = {"shipped": "the shipped recipe", "near": "the nearest tuned recipe Bridge ships",
