@@ -196,9 +196,12 @@ def nelder_mead(f, x0: list[float], steps: int = 600, scale: float = 0.3) -> lis
     return simplex[min(range(n + 1), key=lambda i: vals[i])]
 
 
-BOUNDS = {"gemm_efficiency": (0.2, 0.9), "blackwell_efficiency": (0.4, 1.2), "blackwell_ultra_gain": (1.0, 1.17), "fp8_quant_bytes": (0.0, 40.0), "nccl_a2a_efficiency": (0.05, 1.0),
+BOUNDS = {"gemm_efficiency": (0.2, 0.9), "blackwell_efficiency": (0.4, 1.2), "blackwell_ultra_gain": (1.0, 1.17),
+          "fp8_quant_bytes": (0.0, 40.0), "nccl_a2a_efficiency": (0.05, 1.0),
           "overlap_hide": (0.0, 1.0), "natural_imbalance": (1.0, 1.8), "fp8_gain": (1.0, 2.0),
-          "overlap_host_factor": (1.0, 4.0), "host_s_per_expert": (0.0, 0.005), "lent_host_factor": (1.0, 10.0), "overlap_sync_s": (0.0, 0.002), "delay_wgrad_host": (0.0, 3.0), "local_spec_factor": (1.0, 20.0), "flex_efficiency": (0.3, 1.0)}
+          "overlap_host_factor": (1.0, 4.0), "host_s_per_expert": (0.0, 0.005), "lent_host_factor": (1.0, 10.0),
+          "overlap_sync_s": (0.0, 0.002), "delay_wgrad_host": (0.0, 3.0), "local_spec_factor": (1.0, 20.0),
+          "flex_efficiency": (0.3, 1.0)}
 
 
 # natural_imbalance <= 1.8: the busiest of the EP ranks under aux-loss-balanced top-k routing (each rank
@@ -210,7 +213,7 @@ BOUNDS = {"gemm_efficiency": (0.2, 0.9), "blackwell_efficiency": (0.4, 1.2), "bl
 def fit(rows: list[dict[str, Any]], base: dict[str, float], names: list[str], steps: int = 600) -> dict[str, float]:
     def unpack(x: list[float]) -> dict[str, float]:
         c = dict(base)
-        for name, v in zip(names, x):
+        for name, v in zip(names, x, strict=False):
             lo, hi = BOUNDS.get(name, (1e-9, 1e9))
             c[name] = min(hi, max(lo, math.exp(v)))
         return c
@@ -230,7 +233,7 @@ def ab_checks(rows: list[dict[str, Any]], c: dict[str, float]) -> list[tuple[str
     if True:
         for name, members in groups.items():
             members.sort(key=lambda x: measured_s(x[1]))
-            for (la, ra), (lb, rb) in zip(members, members[1:]):
+            for (la, ra), (lb, rb) in zip(members, members[1:], strict=False):
                 meas = measured_s(rb) / measured_s(ra)
                 pred = predict(rb, c) / predict(ra, c)
                 out.append((name, la, lb, meas, pred, (meas >= 1) == (pred >= 1) or abs(meas - 1) < 0.005,
@@ -353,7 +356,7 @@ def write_constants(c: dict[str, float], names: list[str]) -> None:
     path = os.path.join(ROOT, "compiler", "mocompile", "data", "steptime.yaml")
     text = open(path, encoding="utf-8").read()
     for n in names + ["trust_margin"]:
-        text = re.sub(rf"(\n  {n}: {{value: )[^,]+", lambda mt: mt.group(1) + f"{c[n]:.4g}", text)
+        text = re.sub(rf"(\n  {n}: {{value: )[^,]+", lambda mt, n=n: mt.group(1) + f"{c[n]:.4g}", text)
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(text)
 

@@ -61,12 +61,13 @@ def test_the_te_grid_is_predicted_within_fifteen_percent_and_in_the_measured_ord
     c = steptime.constants()
     pred = [calibrate.predict(r, c) for r in rows]
     meas = [calibrate.measured_s(r) for r in rows]
-    assert all(abs(p / m - 1) <= 0.15 for p, m in zip(pred, meas)), list(zip([r["id"] for r in rows], pred, meas))
+    assert all(abs(p / m - 1) <= 0.15 for p, m in zip(pred, meas, strict=True)), \
+        list(zip([r["id"] for r in rows], pred, meas, strict=True))
 
     def ranks(xs):
         order = sorted(range(len(xs)), key=lambda i: xs[i])
         return [order.index(i) for i in range(len(xs))]
     rp, rm = ranks(pred), ranks(meas)
     n = len(rows)
-    rho = 1 - 6 * sum((a - b) ** 2 for a, b in zip(rp, rm)) / (n * (n * n - 1))
+    rho = 1 - 6 * sum((a - b) ** 2 for a, b in zip(rp, rm, strict=False)) / (n * (n * n - 1))
     assert rho >= 0.8, rho

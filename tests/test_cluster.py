@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import ROOT, run_cli
 from mocompile.errors import InputError
 from mocompile.pipeline import analyse
@@ -38,8 +37,8 @@ def test_the_profile_slows_the_host_part_of_the_step_and_is_recorded(tmp_path):
     lent = analyse(str(_project(tmp_path))).plan
     assert "cluster" not in dgx.hardware and "host_factor" not in dgx.hardware
     assert lent.hardware["cluster"]["host_factor"] == 5.18 and lent.hardware["cluster"]["path"] == "clusters/c.yaml"
-    d, l = dgx.planner["chosen"]["terms_s"], lent.planner["chosen"]["terms_s"]
-    assert l.get("host_bound", 0) > d.get("host_bound", 0)
+    d, lt = dgx.planner["chosen"]["terms_s"], lent.planner["chosen"]["terms_s"]
+    assert lt.get("host_bound", 0) > d.get("host_bound", 0)
     assert lent.planner["chosen"]["step_time_s"] > dgx.planner["chosen"]["step_time_s"]
 
 

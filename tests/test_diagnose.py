@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 import statistics
 import sys
-import shutil
 import tarfile
 
 import pytest
-
 from conftest import ROOT, run_cli
 from mocompile import diagnose
 
 sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 import trace_report  # noqa: E402
-
 from test_trace_report import TRACE  # noqa: E402
 
 GRID = ROOT / "benchmarks" / "results" / "te-h100x4-2026-11-26"

@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from conftest import recipe_files, ROOT, run_cli
+from conftest import ROOT, recipe_files, run_cli
 from mocompile.schema import intent_schema, model_schema
 
 MODELINE = re.compile(r"^# yaml-language-server: \$schema=(\S+)$")

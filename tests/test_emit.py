@@ -9,12 +9,9 @@ import subprocess
 import sys
 
 import pytest
-
-from conftest import recipe_files, ROOT, overrides, run_cli
+from conftest import ROOT, overrides, recipe_files, run_cli
 from mocompile.emit.header import verify
 from mocompile.pipeline import compile_recipe
-
-
 
 ALL = recipe_files()
 

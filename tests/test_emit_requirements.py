@@ -4,7 +4,6 @@ file ends with one newline. Behaviour, not golden files: each value is derived h
 from __future__ import annotations
 
 import pytest
-
 from conftest import ROOT
 from mocompile.emit import render
 from mocompile.pipeline import analyse, compile_recipe

@@ -7,7 +7,6 @@ import json
 import re
 
 import pytest
-
 from conftest import ROOT, run_cli
 from mocompile.limits import ALL as LIMITS
 from mocompile.rules.engine import by_id

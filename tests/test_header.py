@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from mocompile.emit import header
 
 BODY = "x = 1\n"

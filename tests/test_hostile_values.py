@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, run_cli
 
 RECIPE = ROOT / "recipes" / "tiny-moe-h100x2.yaml"
@@ -72,9 +70,10 @@ def _set(field: str, value: str) -> str:
 
 def _compile(out: Path, field: str, value: str) -> tuple[int, str]:
     sets = ["launch.targets=[torchrun, slurm, kubernetes]", _set(field, value)]
-    from mocompile.cli import main
     import contextlib
     import io
+
+    from mocompile.cli import main
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
         code = main(["compile", str(RECIPE), "-o", str(out), *[a for s in sets for a in ("--set", s)]])
@@ -140,7 +139,7 @@ def test_hostile_value_arrives_exactly_or_is_refused(tmp_path, field, label):
         assert _env(dump / "srun1.env")["MY_VAR"] == value  # slurm.sbatch's environment
         literals = [n for n in ast.walk(tree) if isinstance(n, ast.Dict)]
         assert any(isinstance(k, ast.Constant) and k.value == "MY_VAR" and isinstance(v, ast.Constant)
-                   and v.value == value for d in literals for k, v in zip(d.keys, d.values)), "train.py"
+                   and v.value == value for d in literals for k, v in zip(d.keys, d.values, strict=False)), "train.py"
         assert {"name": "MY_VAR", "value": value} in container["env"]
     elif field == "launch.container":
         assert f"--container-image={value}" in srun_args

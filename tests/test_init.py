@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import run_cli
 from mocompile import init
 from mocompile.pipeline import analyse

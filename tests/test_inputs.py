@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import ROOT, run_cli
 
 GOOD = (ROOT / "recipes" / "tiny-moe-h100x2.yaml").read_text()

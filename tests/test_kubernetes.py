@@ -10,8 +10,7 @@ import json
 import re
 
 import pytest
-
-from conftest import recipe_files, ROOT
+from conftest import ROOT, recipe_files
 from mocompile.pipeline import compile_recipe
 
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema not installed (tests/ecosystem/setup.sh)")

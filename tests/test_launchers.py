@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 from test_slurm import fake_site
 
@@ -72,8 +71,9 @@ def test_a_real_launch_runs_the_preflight_then_torchrun_with_the_rendezvous_it_w
     assert proc.returncode == 0, proc.stderr
     assert "preflight: ok" in proc.stdout
     gpus = json.loads((GEN / "mocompile.lock.json").read_text())["hardware"]["gpus_per_node"]
-    assert _launched(record) == [["-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", "1", "--nproc-per-node", str(gpus),
-                                  "--master-addr", "10.0.0.7", "--master-port", "29611", str(GEN / "train.py")]]
+    assert _launched(record) == [["-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", "1",
+                                  "--nproc-per-node", str(gpus), "--master-addr", "10.0.0.7", "--master-port", "29611",
+                                  str(GEN / "train.py")]]
 
 
 def test_the_dry_run_prints_the_exact_command_shell_quoted_and_starts_nothing(tmp_path):

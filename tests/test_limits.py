@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli
 
 GOOD = "schema: 1\nmodel: qwen3-30b-a3b\nhardware: {gpu: h100, nodes: 1}\ngoal: throughput\n"

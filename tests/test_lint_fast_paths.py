@@ -14,7 +14,6 @@ import sys
 from dataclasses import replace
 
 import pytest
-
 from conftest import FIXTURES, ROOT, overrides
 from mocompile import cli, memory, project, steptime
 from mocompile.load import load
@@ -82,7 +81,7 @@ def test_the_lightest_fitting_rung_is_the_first_one_that_fits(dsv3):
             cand = replace(cand, overlap=ov)
             got = sc.lightest_fitting(cand, rungs)
             totals = [memory.estimate(dsv3.model, sc.config(replace(cand, recompute=r)))["total_gib"] for r in rungs]
-            fits = [r for r, t in zip(rungs, totals) if t <= sc.limit]
+            fits = [r for r, t in zip(rungs, totals, strict=False) if t <= sc.limit]
             want = rungs[-1] if totals[-1] > sc.limit or not fits else fits[0]
             assert got == replace(cand, recompute=want)
             assert sc.total_gib(got) == memory.estimate(dsv3.model, sc.config(got))["total_gib"]

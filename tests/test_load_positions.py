@@ -7,7 +7,6 @@ slip in compiler/mocompile/load.py would change.
 from __future__ import annotations
 
 import pytest
-
 from mocompile.errors import InputError
 from mocompile.ir import Position
 from mocompile.load import CLI, _short, apply_overrides, load, parse_text

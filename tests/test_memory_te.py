@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import ROOT
 from mocompile import memory
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import ROOT, run_cli
 from mocompile import init, memory
 from mocompile.pipeline import analyse
@@ -24,7 +23,7 @@ TE_RP = ["qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config"]
 def shipped(tmp_path, recipe: str):
     """The intent `mocompile init --from <recipe>` writes: every knob pinned to the shipped recipe."""
     path = tmp_path / f"{recipe}.yaml"
-    path.write_text(init.intent_text(init.find(recipe)))
+    path.write_text(init.intent_text(init.find(recipe), benchmark=True))
     return analyse(str(path))
 
 
@@ -179,7 +178,7 @@ def test_a_shipped_recipe_changed_by_the_intent_gets_the_headroom(tmp_path, chan
     gradient reduction) make it one more plan under the planner's headroom, and over it here."""
     recipe = "qwen3_30b_a3b_pretrain_8gpu_b200_bf16_config"
     path = tmp_path / "q.yaml"
-    path.write_text(init.intent_text(init.find(recipe)))
+    path.write_text(init.intent_text(init.find(recipe), benchmark=True))
     r = analyse(str(path), [change])
     assert r.plan["shipped_recipe"] is None and r.plan["memory_limit_gib"] == memory.usable_gib(180)
     assert not mem(r, "MEM002")
@@ -245,7 +244,7 @@ def test_only_the_recipes_knobs_with_at_most_its_graph_buffers_are_covered(tmp_p
     from mocompile.schema import validate
     recipe = "qwen3_30b_a3b_pretrain_8gpu_b200_bf16_config"
     path = tmp_path / "q.yaml"
-    path.write_text(init.intent_text(init.find(recipe)))
+    path.write_text(init.intent_text(init.find(recipe), benchmark=True))
     doc = load(str(path))
     ctx = context(validate(doc), doc)
     sc = search.Scorer(ctx)
@@ -262,7 +261,7 @@ def test_a_shipped_recipe_over_the_headroom_says_why_its_recompute_is_not_heavie
     recipe, estimated over the planner's 166 GiB headroom (within the measured error), so the recompute decision
     says it runs as shipped rather than claiming the lightest recompute that fits."""
     recipe = "qwen3_30b_a3b_pretrain_8gpu_b200_bf16_config"
-    text = init.intent_text(init.find(recipe))
+    text = init.intent_text(init.find(recipe), benchmark=True)
     path = tmp_path / "r.yaml"
     path.write_text("\n".join(line for line in text.splitlines() if not line.startswith("recompute:")) + "\n")
     plan = analyse(str(path)).plan

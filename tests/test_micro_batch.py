@@ -12,7 +12,6 @@ import json
 import re
 
 import pytest
-
 from conftest import ROOT, run_cli
 from mocompile.errors import InputError
 from mocompile.pipeline import analyse

@@ -11,7 +11,6 @@ import sys
 from dataclasses import replace
 
 import pytest
-
 from conftest import FIXTURES, ROOT, overrides
 from mocompile import memory, steptime
 from mocompile.catalogue import _defaults
@@ -565,7 +564,7 @@ def test_the_smallest_gpu_count_that_fits_is_the_smallest(tmp_path):
         heaviest = search._rungs(ctx, False)[-1]
         assert heaviest[0] == "full"
 
-        def fits_on(world):
+        def fits_on(world, ctx=ctx, heaviest=heaviest):
             sc = search.Scorer(ctx, world)
             return any(sc.memory(Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, recompute=heaviest))
                        ["total_gib"] <= sc.limit for lay in search.layouts_for(ctx, world))
@@ -1293,7 +1292,8 @@ def test_layouts_that_do_not_fit_are_scored_only_when_too_few_fit(monkeypatch):
     unfit = 0
     for lay in search.layouts_for(ctx, sc.world):
         d = search._default_knob(ctx, knobs, lay.ep * lay.etp)
-        c = search._stand_in(sc, Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, d[0], d[1], d[2], (None,) * 4, d[3]), search._frugal_knob(knobs), rungs)
+        cand = Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, d[0], d[1], d[2], (None,) * 4, d[3])
+        c = search._stand_in(sc, cand, search._frugal_knob(knobs), rungs)
         unfit += sc.total_gib(c) > sc.limit
     assert unfit > 0                                                      # some layouts do not fit here
     assert all(s.fits for s in once)
@@ -1345,7 +1345,7 @@ def test_a_shipped_recipe_weak_scaled_to_more_gpus_still_runs_as_shipped(tmp_pat
     from mocompile import init
 
     a = init.find("qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config")
-    scaled = init.intent_text(a, 32)
+    scaled = init.intent_text(a, 32, benchmark=True)
     for text, shipped in ((scaled, a["recipe"]),  # twice the GPUs, twice the batch: the recipe's per-GPU work
                           (scaled.replace(f"global_batch_size: {2 * a['gbs']}", f"global_batch_size: {a['gbs']}"), None)):
         path = tmp_path / "q.yaml"
@@ -1367,7 +1367,8 @@ def test_flex_dispatch_spreads_a_tokens_top_k_over_nodes_fractionally():
     got = steptime.a2a_seconds(m, hw, cand, 4096.0, c, 1.0)
     local, nodes, k = 8, 3.0, 8
     token_bytes = m["hidden_size"] * 2.0
-    nvl = 4096.0 * steptime._distinct(k / nodes, local) * (local - 1) / local * nodes * token_bytes / (450e9 * c["flex_efficiency"])
+    nvl = (4096.0 * steptime._distinct(k / nodes, local) * (local - 1) / local * nodes * token_bytes
+           / (450e9 * c["flex_efficiency"]))
     net = 4096.0 * steptime._distinct(k, nodes) * (nodes - 1) / nodes * token_bytes / (1e6 * 1e9 * c["flex_efficiency"])
     assert nvl > net and got == pytest.approx(max(nvl, net) + c["flex_latency_s"], rel=1e-9)
     assert steptime._distinct(k / nodes, local) != steptime._distinct(k // nodes, local)
@@ -1377,8 +1378,8 @@ def _plan_ctx(extra: str = "", layers: int = 48):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from anchor_intents import context_for
 
-    return context_for("schema: 1\nname: r\nmodel: {base: qwen3-30b-a3b, num_layers: %d}\nhardware: {gpu: h100, nodes: 4}\n"
-                       "goal: throughput\n%s" % (layers, extra))
+    return context_for(f"schema: 1\nname: r\nmodel: {{base: qwen3-30b-a3b, num_layers: {layers}}}\n"
+                       f"hardware: {{gpu: h100, nodes: 4}}\ngoal: throughput\n{extra}")
 
 
 def test_a_single_pipeline_stage_has_no_interleaving():

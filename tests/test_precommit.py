@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, run_cli
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("pre_commit") is None,

@@ -10,12 +10,10 @@ profile is read back by the real cluster reader, the recipe edit is re-analysed.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, run_cli
 from mocompile import cluster, measure, probe, tune
 from mocompile.errors import UsageError

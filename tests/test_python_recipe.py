@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
-from conftest import ROOT
 from mocompile.emit import python_recipe
 from mocompile.pipeline import analyse
 

@@ -8,16 +8,14 @@ documented defaults.
 
 from __future__ import annotations
 
-import json
-from dataclasses import replace
 import sys
+from dataclasses import replace
 
 import pytest
-
-from conftest import FIXTURES, ROOT, overrides
+from conftest import ROOT
+from mocompile import steptime
 from mocompile.catalogue import _defaults, models
 from mocompile.pipeline import analyse
-from mocompile import steptime
 from mocompile.resolve import reference, search
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -43,7 +41,8 @@ def test_no_plan_is_chosen_over_its_reference_for_a_gain_inside_the_error_band(t
     checked = kept = 0
     for a in ROWS:
         hide = set() if mode == "shipped" else every if mode == "none" else {
-            b["recipe"] for b in search.anchors() if (b["model"], b["gpu"], b["precision"]) == (a["model"], a["gpu"], a["precision"])}
+            b["recipe"] for b in search.anchors()
+            if (b["model"], b["gpu"], b["precision"]) == (a["model"], a["gpu"], a["precision"])}
         p = _planner(intent_text(a, optimizer=True), tmp_path, hide)
         d, ref, chosen, best = p["decision"], p["reference"], p["chosen"], p["best"]
         if d is None:
@@ -103,7 +102,7 @@ def test_an_architecture_beyond_the_near_limit_is_never_a_reference():
     assert r.plan.planner["reference"]["kind"] == "defaults"
     size = reference._size(_catalogue("tiny-moe"))
     import math
-    gaps = [sum(abs(math.log(x / y)) for x, y in zip(size, reference._size(_catalogue(m)))) for m in models()
+    gaps = [sum(abs(math.log(x / y)) for x, y in zip(size, reference._size(_catalogue(m)), strict=False)) for m in models()
             if m != "tiny-moe"]
     assert min(gaps) > reference.NEAR_LIMIT
 
@@ -160,7 +159,8 @@ def test_more_gpus_at_a_fixed_global_batch_are_never_predicted_slower(tmp_path, 
         prev = step if fits else None
 
 
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 MODELS = ["qwen3-30b-a3b", "gpt-oss-20b", "gpt-oss-120b", "moonlight-16b-a3b", "glm-4.5-air", "qwen3-235b-a22b"]
 

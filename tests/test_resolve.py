@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from conftest import FIXTURES, ROOT, overrides, run_cli
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from mocompile.pipeline import analyse
 from mocompile.resolve import reference, search
 

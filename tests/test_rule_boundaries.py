@@ -16,7 +16,6 @@ import re
 from typing import Any
 
 import pytest
-
 from conftest import RULE_BASE
 from mocompile.ir import Decision, Position
 from mocompile.layout import derive, expand, layout_error
@@ -106,7 +105,8 @@ BOUNDARIES = [
      dict(expert_model_parallel_size=2, tensor_model_parallel_size=1)),
     ("PAR009", dict(expert_model_parallel_size=2, tensor_model_parallel_size=2),
      dict(expert_model_parallel_size=2, tensor_model_parallel_size=2, sequence_parallel=True)),
-    ("PAR010", dict(add_bias_linear=True, expert_tensor_parallel_size=2), dict(add_bias_linear=True, expert_tensor_parallel_size=1)),
+    ("PAR010", dict(add_bias_linear=True, expert_tensor_parallel_size=2),
+     dict(add_bias_linear=True, expert_tensor_parallel_size=1)),
     ("PAR011", dict(num_moe_experts=8, expert_model_parallel_size=16, world_size=16),
      dict(num_moe_experts=16, expert_model_parallel_size=16, world_size=16)),
     # PAR012: each term alone: SP on the local spec fires; SP off, or the TE spec, is quiet

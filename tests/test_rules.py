@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
-from conftest import overrides
+from conftest import RULE_BASE, overrides
 from mocompile.pipeline import analyse
 from mocompile.rules.checks import CHECKS
 from mocompile.rules.engine import rules
-from conftest import RULE_BASE
 
 WITH_EXAMPLES = [r for r in rules() if r.examples]
 # Rules the resolver's derivations make unreachable from an intent: their predicates are

@@ -17,7 +17,6 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, run_cli
 
 BENCH = ROOT / "recipes" / "bench"

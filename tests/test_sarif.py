@@ -10,7 +10,6 @@ import re
 import shutil
 
 import pytest
-
 from conftest import ROOT, run_cli
 
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema not installed (tests/ecosystem/setup.sh)")

@@ -5,7 +5,6 @@ validator holds, list items' rules, the default KV width, NVLink domains and the
 from __future__ import annotations
 
 import pytest
-
 from mocompile.catalogue import resolve_hardware, resolve_model
 from mocompile.errors import InputError
 from mocompile.ir import Document, Position

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, run_cli
 
 GENERATED = sorted((ROOT / "generated").glob("*/slurm.sbatch"))

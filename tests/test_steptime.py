@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-
 from conftest import ROOT
 from mocompile import steptime
 from mocompile.catalogue import _defaults, gpus
@@ -375,7 +374,8 @@ def test_ep_overlap_hides_only_the_all_to_all_of_paired_micro_batches():
     grid's 2 micro-batches (why overlap bought nothing there), nearly all with Qwen3-30B's 64."""
     c = dict(EASY, overlap_hide=1.0)
     for gbs, mb in ((4, 2), (16, 8)):
-        e = steptime.estimate(TOY, hw(gpus_per_node=2), Candidate(ep=2, overlap=True), Batch(1024, 1, gbs, force_balance=True), 2, c)
+        e = steptime.estimate(TOY, hw(gpus_per_node=2), Candidate(ep=2, overlap=True),
+                              Batch(1024, 1, gbs, force_balance=True), 2, c)
         assert e.num_microbatches == mb
         assert e.terms["a2a_exposed"] == pytest.approx(e.terms["a2a_total"] / mb)
 
@@ -462,6 +462,7 @@ def test_the_planner_picks_a_measured_good_plan_for_the_te_grid():
     """bench-te-mid-auto (everything auto) must compile to overlap off without delayed wgrad: the measured
     best plans of the TE grid (off 657 ms, on 722 ms, on + dW 890 ms)."""
     import json
+
     from conftest import ROOT
     lock = json.loads((ROOT / "generated" / "bench-te-mid-auto" / "mocompile.lock.json").read_text())
     s = {k: (v.get("value") if isinstance(v, dict) else v) for k, v in lock["settings"].items()}

@@ -8,7 +8,6 @@ import importlib.util
 import struct
 
 import pytest
-
 from conftest import ROOT
 
 spec = importlib.util.spec_from_file_location("te_pack", ROOT / "benchmarks" / "gpu" / "te_pack.py")

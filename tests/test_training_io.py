@@ -12,8 +12,7 @@ import subprocess
 import sys
 
 import pytest
-
-from conftest import RULE_BASE, ROOT, overrides, run_cli
+from conftest import ROOT, RULE_BASE, overrides, run_cli
 from mocompile.errors import InputError
 from mocompile.pipeline import analyse
 from mocompile.rules.checks import CHECKS, split_share

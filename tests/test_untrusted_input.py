@@ -15,10 +15,9 @@ import re
 import tokenize
 
 import pytest
+from conftest import ROOT, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from conftest import ROOT, run_cli
 from mocompile.emit import header, render
 from mocompile.textsafe import header_path, terminal, visible
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import errno
 import os
 import random
-import stat
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading

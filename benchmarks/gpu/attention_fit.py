@@ -8,9 +8,9 @@ an intercept that does not depend on the keys (measured: the same intercept at 8
 and windowed 128-1024 keys). For one head width the slope is FLOPs at some rate plus softmax exponentials at
 some multiple of the special-function-unit rate; two head widths (64 and 128, the same query width) separate
 the two (the FLOPs part as a share of the dense BF16 peak: flash attention's matmuls, not the model's fitted
-GEMM efficiency, which absorbs end-to-end overheads). The intercept is stated in keys (the work of that many keys: the same for both widths), learnable
-softmax sinks likewise (their extra pass does not depend on the window). Biased grouped GEMMs: the kernel time
-with bias over without, FLOP-weighted over a GLU expert's fc1 (2/3 of its FLOPs) and fc2 (1/3).
+GEMM efficiency, which absorbs end-to-end overheads). The intercept is stated in keys (the work of that many keys: the
+same for both widths), learnable softmax sinks likewise (their extra pass does not depend on the window). Biased
+grouped GEMMs: the kernel time with bias over without, FLOP-weighted over a GLU expert's fc1 (2/3 of its FLOPs) and fc2 (1/3).
 
 Prints the facts as data/steptime.yaml states them; tests/test_steptime_facts.py checks that the file agrees.
 """

@@ -167,7 +167,7 @@ def spearman(a: list[float], b: list[float]) -> float | None:
         return None
     ra, rb = ranks(a), ranks(b)
     ma, mb = statistics.fmean(ra), statistics.fmean(rb)
-    num = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    num = sum((x - ma) * (y - mb) for x, y in zip(ra, rb, strict=False))
     den = (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
     return num / den if den else None
 
@@ -287,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
                 e["summary"]["duplicate_of"] = twin
             s_ = e["summary"]
             est = e["predicted"].get("memory_estimate_gib")
-            s_["memory_estimate_error_pct"] = round((est - s_["peak_allocated_gib"]) / s_["peak_allocated_gib"] * 100, 1) if est else None
+            peak = s_["peak_allocated_gib"]
+            s_["memory_estimate_error_pct"] = round((est - peak) / peak * 100, 1) if est else None
             st = e["predicted"].get("step_time_s")
             s_["step_time_error_pct"] = round((st * 1000 - s_["median_step_ms"]) / s_["median_step_ms"] * 100, 1) if st else None
     # Spearman over distinct plans (a variant that ran the same plan as another is left out).

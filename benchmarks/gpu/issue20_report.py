@@ -38,7 +38,7 @@ def spearman(a: list[float], b: list[float]) -> float:
     """Pearson's correlation of the ranks (exact with ties)."""
     ra, rb = ranks(a), ranks(b)
     ma, mb = statistics.mean(ra), statistics.mean(rb)
-    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb, strict=False))
     var = (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
     return cov / var if var else 0.0
 

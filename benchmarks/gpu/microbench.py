@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import statistics
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def timed(torch, fn, reps: int = 10, warm: int = 3) -> float:

@@ -36,7 +36,7 @@ def load(path: Path) -> dict[str, Any]:
 def resummarize(doc: dict[str, Any]) -> None:
     warmup = int(doc.get("method", {}).get("warmup_iterations_excluded", 5))
     prefix = "bench-"
-    for name, var in doc["variants"].items():
+    for var in doc["variants"].values():
         var["summary"] = run_bench.summarize_variant(var, var.get("runs", []), warmup)
     base = [n for n in doc["variants"] if run_bench.variant_key(n, prefix)[0] < len(run_bench.ORDER)]
     losses = {n: doc["variants"][n]["summary"].get("last_loss") for n in base
@@ -57,12 +57,12 @@ def merge(out: Path, inputs: list[Path], tag: str | None) -> dict[str, Any]:
     base["host_tag"] = tag or base["host_tag"]
     base["merged_from"] = []
     rounds_done: dict[str, int] = {}
-    for path, doc in zip(inputs, docs):
+    for path, doc in zip(inputs, docs, strict=False):
         base["merged_from"].append({"file": path.name, "host_tag": path.stem, "created": doc.get("created"),
                                     "order": doc.get("order"), "elapsed_s": doc.get("elapsed_s")})
     for name in base["variants"]:
         base["variants"][name]["runs"] = []
-    for path, doc in zip(inputs, docs):
+    for path, doc in zip(inputs, docs, strict=False):
         call = path.stem
         for name, var in doc["variants"].items():
             if name not in base["variants"]:
@@ -100,7 +100,9 @@ def fmt(x: Any, nd: int = 1) -> str:
 
 def table(doc: dict[str, Any]) -> list[str]:
     lines = [
-        "| variant | GPUs | EP | dispatcher | EP overlap | delay wgrad | DP grad-reduce overlap | runs ok | median step ms | spread: min–max of run medians (half-range, % of median) | tokens/s | peak alloc GiB | peak reserved GiB | loss at last it. | compiler estimate GiB | estimate error |",
+        "| variant | GPUs | EP | dispatcher | EP overlap | delay wgrad | DP grad-reduce overlap | runs ok | median step ms "
+        "| spread: min–max of run medians (half-range, % of median) | tokens/s | peak alloc GiB | peak reserved GiB "
+        "| loss at last it. | compiler estimate GiB | estimate error |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, var in doc["variants"].items():
@@ -243,9 +245,10 @@ def report(results: Path) -> Path:
             md.append("- Joined from several device calls on the same held machine (lease kept warm between "
                       "calls): " + "; ".join(f"{m['file']} ({m.get('elapsed_s')} s)" for m in doc["merged_from"]) + ".")
         checks = doc.get("checks", {})
-        md.append(f"- Loss at the last iteration, alltoall variants (same seed): "
-                  f"{'identical' if checks.get('alltoall_losses_match') else 'NOT identical' if checks.get('alltoall_losses_match') is False else 'not comparable'}"
-                  f" ({', '.join(f'{short_name(k)}={v}' for k, v in (checks.get('alltoall_variant_last_losses') or {}).items())}).")
+        match = checks.get("alltoall_losses_match")
+        same = "identical" if match else "NOT identical" if match is False else "not comparable"
+        losses = ", ".join(f"{short_name(k)}={v}" for k, v in (checks.get("alltoall_variant_last_losses") or {}).items())
+        md.append(f"- Loss at the last iteration, alltoall variants (same seed): {same} ({losses}).")
         dep = doc.get("deepep")
         if dep:
             md.append(f"- DeepEP (hybrid-ep branch): {dep.get('status')}: {dep.get('reason')}.")

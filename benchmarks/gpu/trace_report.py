@@ -14,8 +14,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "compiler"))
-from mocompile.trace import (COMM, STEP, Interval, clip, intersect, is_gpu, length, load,  # noqa: E402,F401
-                             summarize, union)
+from mocompile.trace import COMM, STEP, Interval, clip, intersect, is_gpu, length, load, summarize, union  # noqa: E402,F401
 
 
 def main(argv: list[str] | None = None) -> int:

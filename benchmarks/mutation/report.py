@@ -127,7 +127,7 @@ def main() -> int:
             "Each with the reason it is harmless (equivalent) or what would kill it, from "
             "`benchmarks/mutation/equivalent.yaml`.", ""]
     missing = 0
-    for module, row, col, op, before, after in sorted(survivors):
+    for module, row, _col, op, before, after in sorted(survivors):
         why = known.get(key(module, before, after))
         missing += why is None
         out.append(f"- `{Path(module).name}:{row}` {op.split('/')[-1]}: "

@@ -19,7 +19,8 @@ FAMILIES = {"DeepSeek-V3": ("deepseek-v3", "deepseek_v3_pretrain_{}_config", "me
             "Kimi-K2": ("kimi-k2", "kimi_k2_pretrain_{}_config", "megatron.bridge.perf_recipes.kimi"),
             "Qwen3-235B-A22B": ("qwen3-235b-a22b", "qwen3_235b_a22b_pretrain_{}_config", "megatron.bridge.perf_recipes.qwen"),
             "Qwen3-30B-A3B": ("qwen3-30b-a3b", "qwen3_30b_a3b_pretrain_{}_config", "megatron.bridge.perf_recipes.qwen"),
-            "Qwen3-Next-80B-A3B": ("qwen3-next-80b-a3b", "qwen3_next_80b_a3b_pretrain_{}_config", "megatron.bridge.perf_recipes.qwen"),
+            "Qwen3-Next-80B-A3B": ("qwen3-next-80b-a3b", "qwen3_next_80b_a3b_pretrain_{}_config",
+                                   "megatron.bridge.perf_recipes.qwen"),
             "GPT-OSS-120B": ("gpt-oss-120b", "gpt_oss_120b_pretrain_{}_config", "megatron.bridge.perf_recipes.gpt_oss"),
             "GPT-OSS-20B": ("gpt-oss-20b", "gpt_oss_20b_pretrain_{}_config", "megatron.bridge.perf_recipes.gpt_oss")}
 GPUS = ("a100", "h100", "h200", "b200", "b300", "gb200", "gb300")

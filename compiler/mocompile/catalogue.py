@@ -7,7 +7,6 @@ import os
 from typing import Any
 
 from mocompile.datafiles import load_yaml
-
 from mocompile.errors import InputError
 from mocompile.ir import Diagnostic, Document
 
@@ -18,7 +17,7 @@ REQUIRED_MODEL_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "num_
                        "moe_router_topk", "moe_ffn_hidden_size", "vocab_size")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load(name: str) -> dict[str, Any]:
     return load_yaml(os.path.join(DATA, name))
 

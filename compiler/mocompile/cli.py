@@ -6,7 +6,8 @@ import json
 import os
 import sys
 import types
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from mocompile import __version__, formats
 from mocompile.errors import EXIT_CLEAN, EXIT_INPUT, EXIT_INTERNAL, InputError, UsageError

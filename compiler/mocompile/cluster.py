@@ -27,7 +27,8 @@ from mocompile.ir import Diagnostic, Document, Position
 
 KEYS = {"schema": "format version (1)", "name": "a name for the cluster",
         "host_factor": "host (CPU launch) time relative to a DGX node, 0.1-100",
-        "source": "how the values were measured", "measured": "measured step times of plans run there (`mocompile tune` adds them)",
+        "source": "how the values were measured",
+        "measured": "measured step times of plans run there (`mocompile tune` adds them)",
         "probe": "what `mocompile probe` ran and found there (imports, runs, what it did not measure)"}
 HOST_FACTOR = (0.1, 100.0)
 

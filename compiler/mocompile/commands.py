@@ -6,7 +6,8 @@ import json
 import os
 import sys
 import types
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from mocompile import formats
 from mocompile.cli import emit_diagnostics, json_dump
@@ -122,8 +123,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
                     code = max(code, EXIT_FINDINGS)
                 elif problem:  # the file system said no: nothing to do with hand edits
                     diags.append(Diagnostic("WRITE", "error", problem, Position(r.source),
-                                            "check the output folder (-o / [tool.mocompile] output): it must be a real folder (not a symbolic link), "
-                                            "writable, with free space"))
+                                            "check the output folder (-o / [tool.mocompile] output): it must be a real "
+                                            "folder (not a symbolic link), writable, with free space"))
                     code = max(code, EXIT_INPUT)
                 else:
                     written.append(os.path.join(out_dir, r.plan.name))

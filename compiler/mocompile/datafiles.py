@@ -32,15 +32,76 @@ def cache_dir() -> str:
     return os.path.join(base, "mocompile")
 
 
+CACHE_ENTRIES = 4000  # per cache folder: beyond it the least recently written entries go (a few MB at most)
+STALE_TMP_S = 3600  # a temporary file this old was left by a writer that died (a kill mid-write)
+_pruned: set[str] = set()
+
+
 def write_json_atomic(path: str, data: Any) -> None:
-    """Write JSON beside ``path`` and rename it into place; a cache that cannot be written is ignored."""
+    """Write JSON beside ``path`` and rename it into place; a cache that cannot be written is ignored, and a
+    write that fails leaves no temporary file behind. The first write of a process into a folder prunes it."""
+    tmp = f"{path}.{os.getpid()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(data, fh)
         os.replace(tmp, path)
     except (OSError, TypeError, ValueError):
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return
+    folder = os.path.dirname(path)
+    if folder not in _pruned:
+        _pruned.add(folder)
+        prune(folder)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
+
+
+def prune(folder: str, keep: int = CACHE_ENTRIES) -> None:
+    """Bound a cache folder: temporary files of writers that died (their process is gone, or they are older
+    than an hour) are removed, and beyond ``keep`` entries the oldest are, down to nine tenths of it."""
+    import time
+
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    now = time.time()
+    entries: list[tuple[float, str]] = []
+    for name in names:
+        full = os.path.join(folder, name)
+        try:
+            st = os.lstat(full)
+        except OSError:
+            continue
+        if name.endswith(".tmp"):
+            pid = name.rsplit(".", 2)[-2] if name.count(".") >= 2 else ""
+            dead = not pid.isdigit() or not _alive(int(pid))
+            if dead or now - st.st_mtime > STALE_TMP_S:
+                _remove(full)
+        elif name.endswith(".json"):
+            entries.append((st.st_mtime, full))
+    if len(entries) > keep:
+        entries.sort()
+        for _, full in entries[: len(entries) - keep * 9 // 10]:
+            _remove(full)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
         pass
 
 

@@ -11,11 +11,11 @@ has a stable ID so users can search for it; README "Input limits" lists them.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
-from ruamel.yaml.events import (AliasEvent, CollectionEndEvent, CollectionStartEvent, MappingStartEvent,
-                                ScalarEvent)
+from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, MappingStartEvent, ScalarEvent
 
 from mocompile.errors import InputError
 from mocompile.ir import Diagnostic, Position

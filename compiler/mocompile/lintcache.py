@@ -11,8 +11,8 @@ JSON under ``$XDG_CACHE_HOME/mocompile/lint``, keyed by:
   (``plancache.fingerprint``).
 
 The bases a file ``extends`` are recorded in the entry with the hash of their bytes (and where their
-symlinks lead) and read again on every lookup, so an edited base misses too. Only a finished analysis is stored (never an input error,
-whose cause may lie outside the file, e.g. a missing base), and only when the text the compiler read
+symlinks lead) and read again on every lookup, so an edited base misses too. Only a finished analysis is
+stored (never an input error, whose cause may lie outside the file, e.g. a missing base), and only when the text the compiler read
 is the text the key was made from. A lookup needs no YAML parser, no cerberus and no planner, so a hit
 imports none of them. Only the command line enables it; ``MOCOMPILE_NO_CACHE=1`` turns it off; a cache
 that cannot be read or written is ignored.

@@ -20,8 +20,8 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from mocompile import limits
 from mocompile.errors import InputError
-from mocompile.project import project_root  # noqa: F401  (re-exported: where `extends` may reach)
 from mocompile.ir import Diagnostic, Document, Path, Position
+from mocompile.project import project_root  # noqa: F401  (re-exported: where `extends` may reach)
 
 CLI = "<command line>"
 

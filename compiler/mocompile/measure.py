@@ -14,8 +14,9 @@ import socket
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 WARMUP_STEPS = 5  # the first steps build kernels, graphs and allocator pools: not the steady state
 

@@ -26,7 +26,8 @@ import os
 import re
 import statistics
 import subprocess
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from mocompile import measure
 from mocompile.cluster import HOST_FACTOR

@@ -17,7 +17,6 @@ import types
 from typing import Any
 
 from mocompile.datafiles import load_yaml
-
 from mocompile.errors import InputError
 from mocompile.ir import Diagnostic, Document, Path
 
@@ -67,7 +66,8 @@ def _import_cerberus() -> None:
 
 
 _import_cerberus()
-from cerberus import TypeDefinition, Validator, errors as cerr  # noqa: E402
+from cerberus import TypeDefinition, Validator  # noqa: E402
+from cerberus import errors as cerr  # noqa: E402
 from cerberus.schema import DefinitionSchema, UnvalidatedSchema  # noqa: E402
 
 

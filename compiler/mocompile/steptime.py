@@ -345,9 +345,9 @@ class StepModel:
         e_expert = _gemm_eff(rows_expert, c)
         t_attn_gemm = per_rank * f["attn_proj"] / (peak * e_dense)
         # The attention core (measured on H100 with TE's fused attention, data/steptime.yaml): matmuls at a share
-        # of the BF16 peak (FP8 recipes keep attention in BF16 unless they turn on FP8 attention), and the softmax between them: one exponential
-        # per score forward and one when the backward recomputes the probabilities, on the special function
-        # units the tensor cores wait for (Blackwell Ultra doubles their rate), plus max and sum. Counted per
+        # of the BF16 peak (FP8 recipes keep attention in BF16 unless they turn on FP8 attention), and the softmax
+        # between them: one exponential per score forward and one when the backward recomputes the probabilities, on
+        # the special function units the tensor cores wait for (Blackwell Ultra doubles their rate), plus max and sum. Counted per
         # forward pass like the GEMMs (x3 below). Per query the fused kernel also does work that does not depend
         # on the keys (``attention_key_overhead``, in keys), and learnable softmax sinks add their own pass.
         keys = attended_keys(m, s)

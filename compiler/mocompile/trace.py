@@ -23,8 +23,9 @@ import gzip
 import json
 import re
 import statistics
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 COMM = re.compile(r"nccl|deep_ep|deepep|hybrid_ep|hybridep|all_?to_?all|sendrecv|dispatch|combine", re.I)
 STEP = re.compile(r"^ProfilerStep#(\d+)$")

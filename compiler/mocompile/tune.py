@@ -250,7 +250,8 @@ def report(state: dict[str, Any], resumed: bool = False) -> dict[str, Any]:
     if best and chosen and score(runs.get(chosen, [])) and best != chosen:
         gain = round(1 - score(runs[best]) / score(runs[chosen]), 4)  # type: ignore[operator]
     return {"recipe": state["recipe"], "band": state["band"], "work": state.get("work"),
-            "winner_pins": state["candidates"][best]["pins"] if best else None, "iterations": state["iterations"], "resumed": resumed,
+            "winner_pins": state["candidates"][best]["pins"] if best else None, "iterations": state["iterations"],
+            "resumed": resumed,
             "plans": rows, "winner": best, "winner_plan": state["candidates"][best]["plan"] if best else None,
             "set_line": " ".join(f"--set {shlex.quote(s)}" for s in pin_sets(state["candidates"][best]["pins"]))
             if best else None,

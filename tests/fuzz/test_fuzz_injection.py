@@ -26,7 +26,6 @@ import ast
 import contextlib
 import io
 import json
-import os
 import subprocess
 import sys
 import tokenize

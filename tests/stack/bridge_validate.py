@@ -37,8 +37,9 @@ import tempfile
 import traceback
 import uuid
 import warnings
+from collections.abc import Iterator
 from types import SimpleNamespace
-from typing import Any, Iterator
+from typing import Any
 from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -291,9 +292,8 @@ def validate_recipe_file(
 def _metrics_callback_hooks(module: Any) -> list[str]:
     """Build the recipe's MOCOMPILE_METRICS callback with the real Bridge and name the hooks it
     overrides; each must be a hook Bridge's ``Callback`` defines (a renamed hook would never run)."""
-    from megatron.bridge.training.callbacks import Callback
-
     import torch
+    from megatron.bridge.training.callbacks import Callback
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "metrics.jsonl")

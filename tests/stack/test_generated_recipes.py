@@ -24,7 +24,7 @@ import subprocess
 import sys
 import textwrap
 import tokenize
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -43,7 +43,7 @@ class SourceIndex:
     def __init__(self, site: Path):
         self.site = site
 
-    @lru_cache(maxsize=None)
+    @cache  # noqa: B019 - one index per test session; holding it (and its parsed files) is the point
     def module_file(self, mod: str) -> Path | None:
         base = self.site.joinpath(*mod.split("."))
         for cand in (base.with_suffix(".py"), base / "__init__.py"):
@@ -51,7 +51,7 @@ class SourceIndex:
                 return cand
         return None
 
-    @lru_cache(maxsize=None)
+    @cache  # noqa: B019 - one index per test session; holding it (and its parsed files) is the point
     def tree(self, mod: str) -> ast.Module | None:
         f = self.module_file(mod)
         return ast.parse(f.read_text(encoding="utf-8"), str(f)) if f else None
@@ -76,7 +76,7 @@ class SourceIndex:
         parts = parts[: len(parts) - (node.level - 1)]
         return ".".join(parts + ([node.module] if node.module else []))
 
-    @lru_cache(maxsize=None)
+    @cache  # noqa: B019 - one index per test session; holding it (and its parsed files) is the point
     def resolve(self, mod: str, name: str, depth: int = 0):
         """(module, ast node) defining ``name`` in ``mod`` (following imports), or None."""
         if depth > 12:

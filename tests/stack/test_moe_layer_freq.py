@@ -10,7 +10,6 @@ from __future__ import annotations
 import warnings
 
 import pytest
-
 from mocompile.rules.checks import CHECKS
 
 pytestmark = pytest.mark.stack

@@ -33,7 +33,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from mocompile.layout import derive
 from mocompile.pipeline import analyse
 from mocompile.rules.engine import broken_rules, rules

@@ -10,13 +10,14 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from conftest import FIXTURES
 from mocompile.pipeline import analyse
 from test_parity_transformer_config import _overrides, build_real
 
-hypothesis = pytest.importorskip("hypothesis", reason="hypothesis comes with tests/stack/requirements.txt (tests/run installs it)")
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+hypothesis = pytest.importorskip("hypothesis",
+                                 reason="hypothesis comes with tests/stack/requirements.txt (tests/run installs it)")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 EXAMPLES = int(os.environ.get("MOCOMPILE_PLANNER_EXAMPLES", "60"))
 

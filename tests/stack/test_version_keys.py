@@ -9,14 +9,12 @@ Megatron-Core is made to see that version (``megatron.core.utils._te_version`` /
 
 from __future__ import annotations
 
-import re
-
 import json
+import re
 from importlib import metadata
 from pathlib import Path
 
 import pytest
-
 from mocompile.pipeline import analyse
 from mocompile.rules.engine import VERSION_KEYS, rules
 from mocompile.versions import in_range
@@ -66,7 +64,6 @@ def test_mocompile_and_megatron_core_flip_at_the_same_version(mcore, rule_id, ba
 def test_dw003_flip_with_the_te_version_patched_directly(mcore):
     """The issue's example, spelled out: patch megatron.core.utils._te_version, build the config."""
     from packaging.version import Version
-
     from test_parity_transformer_config import tc_kwargs
 
     cfg, _ = _plan(FLIPS[0][1])

@@ -20,7 +20,7 @@ import errno
 import os
 import shutil
 import tempfile
-from typing import Iterator
+from collections.abc import Iterator
 
 from mocompile.emit.header import verify
 

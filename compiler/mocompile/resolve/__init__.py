@@ -8,7 +8,8 @@ computed from the final values.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from mocompile import cluster
 from mocompile.catalogue import resolve_hardware, resolve_model

@@ -7,7 +7,6 @@ from typing import Any
 from mocompile.ir import Decision, Document, Plan
 from mocompile.rules.engine import broken_rules
 
-
 # Neutral starting values: every field a rule reads exists from the first pass on.
 NEUTRAL: dict[str, Any] = {
     "virtual_pipeline_model_parallel_size": None, "pipeline_model_parallel_layout": None,

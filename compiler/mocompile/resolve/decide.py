@@ -7,11 +7,20 @@ predicted effect of flipping it (from the step-time model) and the runners-up th
 
 from __future__ import annotations
 
-
 from mocompile import memory, steptime
 from mocompile.resolve.context import Context
-from mocompile.resolve.search import (Scorer, SearchResult, knob_distance, pins, required_ratio, search, settings,
-                                      trust_margin, verdict, why_lost)
+from mocompile.resolve.search import (
+    Scorer,
+    SearchResult,
+    knob_distance,
+    pins,
+    required_ratio,
+    search,
+    settings,
+    trust_margin,
+    verdict,
+    why_lost,
+)
 
 # Intent path of each field the planner sets (pinned values keep their position).
 PATHS: dict[str, tuple[str, ...]] = {
@@ -98,8 +107,9 @@ def plan(ctx: Context) -> None:
         if not steptime.covers(ctx.model):
             head += f" (the step-time model does not cost {ctx.model.get('attention')} attention: measured recipe kept)"
     elif res.anchor is not None:
+        lost = why_lost(res.anchor, w) if res.anchor.broken or not res.anchor.fits else "slower"
         head += (f"; predicted {res.anchor.step - w.step:.2f} s/step faster than the shipped {res.anchor.anchor} "
-                 f"({res.anchor.step:.2f} s, {why_lost(res.anchor, w) if res.anchor.broken or not res.anchor.fits else 'slower'})")
+                 f"({res.anchor.step:.2f} s, {lost})")
     rejected = [(r.cand.label(), why_lost(r, w, res.reference)) for r in res.runners_up + res.excluded]
     part = f"part of the chosen plan ({est.step_s:.2f} s/step; see tensor_model_parallel_size)"
     effects = res.effects

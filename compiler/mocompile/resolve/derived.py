@@ -8,6 +8,7 @@ from mocompile.resolve.context import Context
 from mocompile.resolve.search import min_gpus_that_fit
 from mocompile.resolve.tuning import sm_margins
 
+
 def p2p_and_grads(ctx: Context) -> None:
     pp, vpp = ctx["pipeline_model_parallel_size"], ctx["virtual_pipeline_model_parallel_size"] or 1
     ctx.set("overlap_p2p_comm", pp > 1 and vpp > 1, "derived",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from mocompile.resolve.context import Context
 
 PRECISIONS = {  # intent precision -> (bf16, fp16, fp8 recipe, fp4 recipe)

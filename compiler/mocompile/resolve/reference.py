@@ -48,7 +48,7 @@ def shape_key(model: dict[str, Any]) -> str:
     return json.dumps(shape, sort_keys=True, default=str)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _catalogue(model_id: str) -> tuple[str, tuple[float, ...]] | None:
     """(shape key, size) of a catalogue model, once per process: every search compares against the same
     few models the shipped recipes were tuned for."""
@@ -131,7 +131,7 @@ def nearest(ctx: Context) -> dict[str, Any] | None:
             continue
         other_shape, other_size = found
         same = other_shape == shape
-        arch = 0.0 if same else sum(abs(math.log(x / y)) for x, y in zip(size, other_size))
+        arch = 0.0 if same else sum(abs(math.log(x / y)) for x, y in zip(size, other_size, strict=False))
         if arch > NEAR_LIMIT:
             continue
         arch += not same  # any same-architecture recipe comes first

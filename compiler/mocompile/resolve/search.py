@@ -517,7 +517,7 @@ def _frugal_knob(knobs: list[tuple[str, bool, bool, str]]) -> tuple[str, bool, b
     return min(knobs, key=lambda k: (k[1], k[3] != "none", k[0] != "alltoall"))
 
 
-def _stand_in(sc: "Scorer", cand: Candidate, frugal: tuple[str, bool, bool, str],
+def _stand_in(sc: Scorer, cand: Candidate, frugal: tuple[str, bool, bool, str],
               rungs_by_ov: dict[bool, list[Rung]]) -> Candidate:
     """A layout's stage-1 representative: its default knobs at the lightest fitting recompute rung, or,
     only when that does not fit, the frugal knobs at theirs (which may still not fit)."""
@@ -662,7 +662,8 @@ def effects(ctx: Context, res_winner: Scored) -> dict[str, str]:
         alts.append(f"{disp} {'illegal or does not fit' if d is None else signed_step(d)}")
     out["dispatcher"] = "; ".join(alts)
     d = _flip(sc, w, overlap=not w.cand.overlap, delay_wgrad=False)
-    out["overlap"] = f"overlap {'off' if w.cand.overlap else 'on'}: " + ("illegal or does not fit" if d is None else signed_step(d))
+    out["overlap"] = (f"overlap {'off' if w.cand.overlap else 'on'}: "
+                      + ("illegal or does not fit" if d is None else signed_step(d)))
     if w.cand.graphs != "none":
         d = _flip(sc, w, graphs="none")
         out["graphs"] = "no graphs: " + ("illegal" if d is None else signed_step(d))

@@ -7,7 +7,8 @@ same function can be exercised against any settings (the parity tests do that).
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from mocompile import memory
 from mocompile.layout import layout_error

@@ -9,7 +9,6 @@ from typing import Any
 
 from mocompile import memory
 from mocompile.datafiles import load_yaml
-
 from mocompile.ir import Diagnostic, Plan, Position
 from mocompile.layout import layout_error
 from mocompile.rules.checks import CHECKS, DEEPEP_GROUP_SIZES
@@ -72,7 +71,8 @@ def context(cfg: dict[str, Any]) -> dict[str, Any]:
         hybridep_ranks=cfg.get("hybridep_ranks_per_domain"),
         stages=pp * vpp,
         layers_per_rank=cfg.get("num_layers", 0) // max(1, pp),
-        num_microbatches=cfg.get("global_batch_size", 0) // max(1, cfg.get("micro_batch_size", 1) * cfg.get("data_parallel_size", 1)),
+        num_microbatches=cfg.get("global_batch_size", 0)
+        // max(1, cfg.get("micro_batch_size", 1) * cfg.get("data_parallel_size", 1)),
     )
     ctx.update(_memory_values(cfg))
     if cfg.get("pipeline_model_parallel_layout"):
