@@ -65,7 +65,7 @@ def test_all_errors_of_a_file_at_once(tmp_path):
 def test_unknown_key_position_is_the_key(tmp_path):
     proc, _ = _compile(tmp_path, GOOD + "moe: {dispatcher: alltoall, overlapp: true}\n")
     d = next(d for d in _diags(proc) if "overlapp" in d["message"])
-    assert d["hint"] == "did you mean `overlap`?"
+    assert d["hint"] == "did you mean `overlap` (overlap_moe_expert_parallel_comm)?"
     assert d["line"] == GOOD.count("\n") + 1 and d["column"] == 29
 
 

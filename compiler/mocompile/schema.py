@@ -153,6 +153,36 @@ def _suggest(word: str, options: list[str]) -> str:
     return f"did you mean `{close[0]}`?" if close else ""
 
 
+def _megatron_names(rules: Any) -> list[str]:
+    """The Megatron field a key sets, as its description names it in parentheses, e.g. ``ep``'s
+    "(expert_model_parallel_size)", with the shorter spellings people type for it ("expert_parallel")."""
+    import re
+
+    desc = ((rules or {}).get("meta") or {}).get("description", "") if isinstance(rules, dict) else ""
+    out: list[str] = []
+    for name in re.findall(r"\(([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\)", str(desc)):
+        short = name.removesuffix("_size")
+        out += [name, short, short.replace("_model_", "_")]
+    return list(dict.fromkeys(out))
+
+
+def _suggest_key(word: str, keys: dict[str, Any]) -> str:
+    """A misspelt key: the section's key it most likely means, matched against each key's name and the Megatron
+    field it sets (so `expert_parallel` finds `ep`, not the nearer-spelt `sequence_parallel`)."""
+    import difflib
+
+    names = {k: _megatron_names(rules) for k, rules in keys.items()}
+    for key, aliases in names.items():
+        if word in aliases:
+            return f"did you mean `{key}` ({aliases[0]})?"
+    spellings = {k: k for k in keys} | {a: k for k, aliases in names.items() for a in aliases}
+    close = difflib.get_close_matches(word, list(spellings), n=1, cutoff=0.6)
+    if not close:
+        return ""
+    key = spellings[close[0]]
+    return f"did you mean `{key}`{f' ({names[key][0]})' if names[key] else ''}?"
+
+
 def _rules_at(schema: dict[str, Any], path: Path) -> dict[str, Any]:
     """The schema rules for ``path`` (list indices step into `schema`)."""
     node: dict[str, Any] = {"type": "dict", "schema": schema}
@@ -173,7 +203,8 @@ def _describe(e: cerr.ValidationError, schema: dict[str, Any], prefix: Path) -> 
     if code == cerr.UNKNOWN_FIELD.code:
         parent = _rules_at(schema, path[len(prefix):-1]).get("schema", {}) if len(path) > len(prefix) else {}
         known = [k for k in parent if not parent[k].get("meta", {}).get("internal")] if isinstance(parent, dict) else []
-        hint = _suggest(str(path[-1]), known) or (f"known keys: {', '.join(sorted(known))}" if known else "")
+        hint = _suggest_key(str(path[-1]), {k: parent[k] for k in known}) \
+            or (f"known keys: {', '.join(sorted(known))}" if known else "")
         return f"unknown key `{dotted}`", hint, path, True
     if code == cerr.REQUIRED_FIELD.code:
         return f"missing required key `{dotted}`", f"add `{path[-1]}:`", path[:-1], True

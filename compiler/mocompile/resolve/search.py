@@ -811,11 +811,15 @@ def _search_pinned(ctx: Context) -> SearchResult:
     legal: list[Scored] = []
     excluded: list[Scored] = []
     seen: set[str] = set()
+    least_broken: Scored | None = None  # where nothing is legal: the plan that breaks the fewest rules
     for s in ranked[:RULE_CHECK_LIMIT]:
         if s.cand.label() in seen:
             continue
         seen.add(s.cand.label())
         if sc.check(s):
+            if least_broken is None or (len(s.broken or ()), complexity(s.cand)) < \
+                    (len(least_broken.broken or ()), complexity(least_broken.cand)):
+                least_broken = s
             if len(excluded) < 3:
                 excluded.append(s)
         else:
@@ -830,8 +834,9 @@ def _search_pinned(ctx: Context) -> SearchResult:
     if anchor_scored is not None:
         sc.check(anchor_scored)
         anchor_scored.kind = "shipped"
-    if not legal:  # nothing legal: the best-ranked one, so the rules can say why
-        legal = ranked[:1]
+    if not legal:  # nothing legal: the one that breaks the fewest rules, then the simplest (the user's pins are
+        # the cause, and a feature the planner chose, e.g. a flex dispatcher, should not add messages of its own)
+        legal = [least_broken] if least_broken is not None else ranked[:1]
     winner = best = legal[0]
     ref = anchor_scored
     if ctx.goal == "throughput" and (ref is None or ref.broken or not ref.fits):

@@ -31,6 +31,9 @@ class Rule:
     source: str
     versions: tuple[tuple[str, str], ...]
     examples: dict[str, Any]
+    # fields this rule, broken, leaves without a meaning (PAR001: DP is not a whole number): rules that read
+    # them are not reported beside it, so an error has one root cause, not its consequences too
+    masks: tuple[str, ...] = ()
 
     def applies(self, cfg: dict[str, Any]) -> bool:
         """A rule keyed by versions holds only where the target stack is in range."""
@@ -47,7 +50,7 @@ def rules() -> tuple[Rule, ...]:
     for e in entries:
         out.append(Rule(e["id"], e["name"], e["severity"], tuple(e["fields"]), e["message"], e["hint"],
                         e["upstream"], e["source"], tuple(sorted((e.get("versions") or {}).items())),
-                        e.get("examples") or {}))
+                        e.get("examples") or {}, tuple(e.get("masks") or ())))
     ids = [r.id for r in out]
     if len(set(ids)) != len(ids) or set(ids) != set(CHECKS):
         raise RuntimeError(f"rule catalogue and checks disagree: {sorted(set(ids) ^ set(CHECKS))}")
@@ -105,7 +108,11 @@ def check(plan: Plan) -> list[Diagnostic]:
     cfg = plan.values()
     ctx = context(cfg)
     out = []
-    for rule in broken_rules(cfg):
+    broken = broken_rules(cfg)
+    masked = {f for r in broken if r.severity == "error" for f in r.masks}
+    for rule in broken:
+        if not rule.masks and masked.intersection(rule.fields):
+            continue  # a consequence of a broken rule's meaningless value, not a cause of its own
         pos = None
         for f in rule.fields:
             d = plan.settings.get(f)
