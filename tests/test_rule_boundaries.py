@@ -331,6 +331,10 @@ BOUNDARIES = [
     ("TOK002", dict(data_type="gpt", tokenizer_type="NullTokenizer"),
      dict(data_type="gpt", tokenizer_type="HuggingFaceTokenizer")),
     ("DATA001", dict(eval_interval=10, split="100,0,0"), dict(eval_interval=10, split="99,1,0")),
+    # pyxis' separators: one ',' or ':' anywhere in any mounted folder, against the same path without it
+    ("LAU001", dict(container_mounts=["/data", "/ckpt,a"]), dict(container_mounts=["/data", "/ckpt-a"])),
+    ("LAU001", dict(container_mounts=["/a:b"]), dict(container_mounts=["/a;b"])),
+    ("LAU001", dict(container_mounts=["/a:b"]), dict(container_mounts=None)),  # no container: nothing mounted
     ("DATA001", dict(eval_interval=10, split="100,0,0"), dict(eval_interval=10, split=None)),
     ("CKPT001", dict(load="/ckpt"), dict(load="/ckpt", save="/ckpt")),
     ("CKPT002", dict(async_save=True, save="/ckpt", ckpt_format="torch"),

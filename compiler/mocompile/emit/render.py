@@ -19,6 +19,7 @@ from mocompile import __version__
 from mocompile.emit import header, python_recipe
 from mocompile.ir import Document, Plan
 from mocompile.project import find_root
+from mocompile.resolve import mounts
 from mocompile.textsafe import visible
 
 TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
@@ -280,6 +281,7 @@ def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
     if "slurm" in targets:
         files["slurm.sbatch"] = header.stamp_comment(t.get_template("slurm.sbatch.j2").render(
             **common, slurm=launch["slurm"], container=launch.get("container"), io=preflight_io(plan),
+            mounts=plan.get("container_mounts") or [], mkdirs=mounts.written(plan) if launch.get("container") else [],
             job_name=re.sub(r"[^A-Za-z0-9._-]", "-", plan.name)), source, ih, shebang="#!/usr/bin/env bash")
     if "kubernetes" in targets:
         k8s = launch.get("kubernetes") or {}
@@ -289,10 +291,13 @@ def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
         command = (f"PYTHON={py} bash {shquote(rel + '/preflight.sh')} && exec {py} -m torch.distributed.run "
                    f"{shquote(rel + '/train.py')}")  # a shell command line inside a YAML string: both escapers apply
         roles = [("Master", 1)] + ([("Worker", hw["nodes"] - 1)] if hw["nodes"] > 1 else [])
+        written = set(mounts.written(plan))
         files["trainjob.yaml"] = header.stamp_comment(t.get_template("trainjob.yaml.j2").render(
             **common, k8s_name=re.sub(r"[^a-z0-9-]", "-", plan.name.lower()).strip("-")[:63] or "mocompile",
             namespace=k8s.get("namespace", "default"), image=launch.get("container") or "nvcr.io/nvidia/nemo:latest",
-            workdir=workdir, command=command, roles=roles), source, ih)
+            workdir=workdir, command=command, roles=roles,
+            mounts=[(f"host-{i}", path, "DirectoryOrCreate" if path in written else "Directory")
+                    for i, path in enumerate(plan.get("container_mounts") or [])]), source, ih)
     files["mocompile.lock.json"] = header.stamp_json(lock(plan), source, ih)
     verify_python("train.py", files["train.py"])
     return files

@@ -120,5 +120,8 @@ def decisions(intent: dict[str, Any], doc: Document) -> dict[str, Decision]:
 
 def apply(plan: Plan, doc: Document) -> Plan:
     """Add these settings to a resolved plan (call before the rule check)."""
+    from mocompile.resolve import mounts
+
     plan.settings.update(decisions(plan.intent, doc))
+    plan.settings["container_mounts"] = mounts.decision(plan)
     return plan

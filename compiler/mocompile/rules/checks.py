@@ -201,6 +201,7 @@ CHECKS: dict[str, Check] = {
     # candidate trials run before these settings exist, and a missing one means "not configured".
     "TOK001": lambda c: (c.get("tokenizer_vocab_size") or 0) > c["vocab_size"],
     "TOK002": lambda c: c.get("data_type", "mock") != "mock" and c.get("tokenizer_type", "NullTokenizer") == "NullTokenizer",
+    "LAU001": lambda c: any("," in p or ":" in p for p in c.get("container_mounts") or []),
     "DATA001": lambda c: bool(c.get("eval_interval")) and split_share(c.get("split"), 1) == 0.0,
     "CKPT001": lambda c: bool(c.get("load")) and not c.get("save"),
     "CKPT002": lambda c: bool(c.get("async_save")) and c.get("ckpt_format", "torch_dist") != "torch_dist",
