@@ -7,7 +7,7 @@ import os
 import sys
 import types
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from mocompile import __version__, formats
 from mocompile.errors import EXIT_CLEAN, EXIT_INPUT, EXIT_INTERNAL, InputError, UsageError
@@ -26,7 +26,7 @@ def _parser(**kwargs: Any) -> argparse.ArgumentParser:
     import argparse
 
     class _Parser(argparse.ArgumentParser):
-        def error(self, message: str) -> None:
+        def error(self, message: str) -> NoReturn:
             raise UsageError(f"{self.prog}: {message}")
 
     return _Parser(**kwargs)
@@ -123,17 +123,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _fmt(args: argparse.Namespace) -> str:
+def _fmt(args: argparse.Namespace | types.SimpleNamespace) -> str:
     if args.format != "auto":
         return args.format
     return "github" if os.environ.get("GITHUB_ACTIONS") == "true" and args.verb in ("lint", "compile") else "text"
 
 
-def _colour(args: argparse.Namespace) -> bool:
+def _colour(args: argparse.Namespace | types.SimpleNamespace) -> bool:
     return not getattr(args, "no_color", False) and sys.stdout.isatty() and "NO_COLOR" not in os.environ
 
 
-def emit_diagnostics(args: argparse.Namespace, diags: list[Diagnostic]) -> None:
+def emit_diagnostics(args: argparse.Namespace | types.SimpleNamespace, diags: list[Diagnostic]) -> None:
     fmt = _fmt(args)
     if fmt == "json":
         print(formats.as_json(diags))

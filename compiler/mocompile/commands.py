@@ -179,14 +179,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     if _fmtname(args) == "json":
         print(json_dump([{k: v for k, v in r.items() if k != "fresh"} for r in report]))
     else:
-        for r in bad:
-            print(f"{visible(r['file'] or r['recipe'])}: {r['status']}: {visible(r['detail'])}")
-            if args.diff and r["status"] == "stale" and os.path.exists(r["file"]):
+        for row in bad:
+            print(f"{visible(row['file'] or row['recipe'])}: {row['status']}: {visible(row['detail'])}")
+            if args.diff and row["status"] == "stale" and os.path.exists(row["file"]):
                 import difflib
-                with open(r["file"], encoding="utf-8", newline="") as fh:
+                with open(row["file"], encoding="utf-8", newline="") as fh:
                     current = fh.read().splitlines(keepends=True)
-                sys.stdout.writelines(difflib.unified_diff(current, r["fresh"].splitlines(keepends=True),
-                                                           f"current {r['file']}", f"changed {r['file']}"))
+                sys.stdout.writelines(difflib.unified_diff(current, row["fresh"].splitlines(keepends=True),
+                                                           f"current {row['file']}", f"changed {row['file']}"))
         if bad:
             stale = sorted({r["recipe"] for r in bad if r["recipe"] and r["status"] in ("stale", "missing", "extra")})
             edited = [r for r in bad if r["status"] == "edited"]
@@ -224,14 +224,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
                   f"Fix: {check.fix}")
         return EXIT_CLEAN
     if target.upper() in rules and not os.path.exists(target):
-        r = rules[target.upper()]
+        rule = rules[target.upper()]
         if _fmtname(args) == "json":
-            print(json_dump({"id": r.id, "name": r.name, "severity": r.severity, "message": r.message,
-                             "hint": r.hint, "upstream": r.upstream, "source": r.source, "fields": list(r.fields)}))
+            print(json_dump({"id": rule.id, "name": rule.name, "severity": rule.severity, "message": rule.message,
+                             "hint": rule.hint, "upstream": rule.upstream, "source": rule.source,
+                             "fields": list(rule.fields)}))
         else:
-            print(f"{r.name} ({r.id})\n\nseverity: {r.severity}; enforced upstream by: {r.upstream}\n"
-                  f"source: {r.source}\nreads: {', '.join(r.fields)}\n\nWhat it checks: {r.message}\n"
-                  f"Fix: {r.hint}")
+            print(f"{rule.name} ({rule.id})\n\nseverity: {rule.severity}; enforced upstream by: {rule.upstream}\n"
+                  f"source: {rule.source}\nreads: {', '.join(rule.fields)}\n\nWhat it checks: {rule.message}\n"
+                  f"Fix: {rule.hint}")
         return EXIT_CLEAN
     try:
         r = analyse(target, args.sets, args.unsets)

@@ -135,20 +135,21 @@ def breakdown(run: Run) -> dict[str, Any]:
         out["measured_step_ms"] = round(statistics.median(times), 1)
         out["measured_spread"] = round((times[-1] - times[0]) / statistics.median(times), 3) if len(times) > 1 else 0.0
         out["steps"] = len(times)
-        peaks = [r.get("max_memory_reserved") or r.get("max_memory_allocated") for r in steady]
-        peaks = [p for p in peaks if isinstance(p, (int, float))]
+        read = [r.get("max_memory_reserved") or r.get("max_memory_allocated") for r in steady]
+        peaks = [float(p) for p in read if isinstance(p, (int, float))]
         if peaks:
             out["peak_memory_gib"] = round(max(peaks) / 2 ** 30, 2)
     if run.traces:
         from mocompile.trace import load, summarize
 
-        meds = []
+        meds: list[dict[str, float]] = []
         for t in run.traces:
             try:
-                meds.append(summarize(load(Path(t))).get("median"))
+                med = summarize(load(Path(t))).get("median")
             except (OSError, ValueError, EOFError) as exc:
                 raise _bad(f"cannot read the trace: {exc}", t) from None
-        meds = [m for m in meds if m]
+            if med:
+                meds.append(med)
         if meds:
             keys = meds[0].keys()
             trace = {k: round(statistics.median(m[k] for m in meds), 3) for k in keys}
@@ -228,7 +229,7 @@ def wall(parts: dict[str, Any]) -> tuple[str, dict[str, float]]:
     shares = {k: round(v, 3) for k, v in shares.items()}
     if parts.get("memory_headroom") is not None and parts["memory_headroom"] < 0.05:
         return "memory", shares
-    return (max(shares, key=shares.get) if shares else "compute"), shares
+    return (max(shares, key=lambda k: shares[k]) if shares else "compute"), shares
 
 
 def proposals(wall_name: str, lock: dict[str, Any]) -> list[tuple[str, str]]:
@@ -271,7 +272,7 @@ def proposals(wall_name: str, lock: dict[str, Any]) -> list[tuple[str, str]]:
 
 def rank(recipe: str | None, changes: list[tuple[str, str]], base_sets: list[str]) -> list[dict[str, Any]]:
     """Each change compiled with the model: predicted step and gain against the run's own plan."""
-    rows = [{"set": c, "why": why} for c, why in changes]
+    rows: list[dict[str, Any]] = [{"set": c, "why": why} for c, why in changes]
     if not recipe or not os.path.isfile(recipe):
         for r in rows:
             r["predicted"] = None
@@ -290,10 +291,15 @@ def rank(recipe: str | None, changes: list[tuple[str, str]], base_sets: list[str
         if res.errors:
             r["predicted"], r["note"] = None, "breaks " + ", ".join(sorted({d.rule for d in res.errors}))
             continue
+        assert res.plan is not None  # analyse returns a plan whenever the input read
         step = res.plan.planner["chosen"]["step_time_s"]
         r["predicted_step_s"] = step
         r["predicted_gain"] = round(1 - step / base_step, 4) if base_step else None
-    rows.sort(key=lambda r: -(r.get("predicted_gain") if r.get("predicted_gain") is not None else -9))
+    def gain(row: dict[str, Any]) -> float:
+        g = row.get("predicted_gain")
+        return float(g) if g is not None else -9.0
+
+    rows.sort(key=lambda row: -gain(row))
     return rows
 
 

@@ -95,7 +95,8 @@ def _scalar(node: Node) -> Any:
         value = constructor.construct_object(node, deep=True)
     except (ValueError, KeyError, TypeError, OverflowError) as exc:
         # an explicit tag the text does not satisfy (`!!int abc`, `!!bool maybe`): positioned at the value
-        raise ConstructorError(None, None, f"{node.value!r} is not a valid {node.tag.rsplit(':', 1)[-1]} "
+        kind = str(node.tag or "value").rsplit(":", 1)[-1]
+        raise ConstructorError(None, None, f"{node.value!r} is not a valid {kind} "
                                f"({type(exc).__name__}: {exc})", node.start_mark) from None
     finally:
         constructor.constructed_objects.pop(node, None)

@@ -35,9 +35,10 @@ REPEATS = 3
 # ---------------------------------------------------------------- the schedule (pure: tested on its own)
 def score(runs: list[float | None]) -> float | None:
     """A plan's measured step: the median of its runs' medians; None once any run failed."""
-    if not runs or any(r is None for r in runs):
+    done = [r for r in runs if r is not None]
+    if not runs or len(done) != len(runs):
         return None
-    return statistics.median(runs)  # type: ignore[arg-type]
+    return statistics.median(done)
 
 
 def survivors(order: list[str], runs: dict[str, list[float | None]], rung: int) -> list[str]:
@@ -92,7 +93,8 @@ def candidates(recipe: str, sets: list[str], band: float | None, max_plans: int)
     p = res.plan.planner
     missing = set((getattr(res.doc, "cluster", None) or {}).get("missing") or [])
     if band is None:
-        band = p.get("trust_margin") if p.get("trust_margin") is not None else 0.16
+        margin = p.get("trust_margin")
+        band = float(margin) if margin is not None else 0.16
     pool = [p["chosen"]] + [x for x in (p.get("reference"), p.get("best")) if x] + list(p.get("runners_up") or [])
     pool += list(p.get("micro_batch") or [])  # micro_batch_size auto: the best plan at each other size
     fastest = min(x["step_time_s"] for x in pool)

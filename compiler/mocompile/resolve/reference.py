@@ -180,10 +180,10 @@ def fallback(ctx: Context, sc: Any, first: list[Any], rungs_by_ov: dict[bool, li
         s = _settle(sc, cand, rungs_by_ov, f"{near['recipe']}, moved to this setting", "near")
         if s is not None:
             return s
-    cand = defaults(ctx, sc, first)
-    if cand is None:
+    default = defaults(ctx, sc, first)
+    if default is None:
         return None
-    return _settle(sc, cand, rungs_by_ov, "Megatron-Bridge MoE performance guidance", "defaults")
+    return _settle(sc, default, rungs_by_ov, "Megatron-Bridge MoE performance guidance", "defaults")
 
 
 def _settle(sc: Any, cand: Candidate, rungs_by_ov: dict[bool, list[Any]], label: str, kind: str) -> Any:

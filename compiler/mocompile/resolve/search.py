@@ -224,7 +224,7 @@ def layouts_for(ctx: Context, world: int) -> list[Layout]:
     """Every (TP, PP, VPP, EP, ETP, CP) the pins, divisibility and the model allow on ``world`` GPUs."""
     experts = ctx["num_moe_experts"]
     p, tps, cps, pps, etps, eps = _sizes(ctx, world)
-    out = []
+    out: list[Layout] = []
     for tp, cp, pp, etp, ep in itertools.product(tps, cps, pps, etps, eps):
         if world % (tp * pp * cp) or world % (ep * etp * pp) or experts % ep:
             if not all(p[k] for k in ("tp", "pp", "ep")):
@@ -498,7 +498,7 @@ def _knobs(ctx: Context) -> list[tuple[str, bool, bool, str]]:
     """(dispatcher, overlap, delayed wgrad, graphs) combinations the goal and pins allow."""
     heavy = ctx.goal in ("bring-up", "fit")
     overlaps = _bools(ctx, ("moe", "overlap"), [False] if heavy else [False, True])
-    out = []
+    out: list[tuple[str, bool, bool, str]] = []
     for disp, ov, graphs in itertools.product(_dispatchers(ctx), overlaps, _graph_options(ctx)):
         wgrads = _bools(ctx, ("moe", "delay_wgrad"), [False, True] if ov and ctx["te_version"] else [False])
         out.extend((disp, ov, dw, graphs) for dw in wgrads)
@@ -797,9 +797,9 @@ def _search_pinned(ctx: Context) -> SearchResult:
         anchor_scored = sc.score(acand, anchor["recipe"] + (" with the recipe's pins" if pinned else ""))
         shortlist.add((acand.tp, acand.pp, acand.vpp, acand.ep, acand.etp, acand.cp))
     pool: dict[Candidate, Scored] = {s.cand: s for s in first}
-    for lay in shortlist:
+    for sizes in shortlist:
         for disp, ov, dw, graphs in knobs:
-            cand = Candidate(*lay, dispatcher=disp, overlap=ov, delay_wgrad=dw, recompute=(None,) * 4, graphs=graphs)
+            cand = Candidate(*sizes, dispatcher=disp, overlap=ov, delay_wgrad=dw, recompute=(None,) * 4, graphs=graphs)
             cand = sc.lightest_fitting(cand, rungs_by_ov[ov])
             if cand not in pool:
                 pool[cand] = sc.score(cand)

@@ -78,7 +78,7 @@ def decisions(intent: dict[str, Any], doc: Document) -> dict[str, Decision]:
         put("tokenizer_model", None, None, "no tokenizer files", "default")
         put("tokenizer_vocab_size", None, None, "NullTokenizer takes the model's vocab_size", "derived")
 
-    ck = intent.get("checkpoint") if isinstance(intent.get("checkpoint"), dict) else {}
+    ck: dict[str, Any] = intent["checkpoint"] if isinstance(intent.get("checkpoint"), dict) else {}
     save = ck.get("save")
     put("save", save, ("checkpoint", "save"), "no checkpoint key: nothing is saved")
     put("load", ck.get("load"), ("checkpoint", "load"), "no resume directory")
@@ -98,7 +98,7 @@ def decisions(intent: dict[str, Any], doc: Document) -> dict[str, Decision]:
         "save a checkpoint and stop on SIGTERM (preemption, scancel)" if save else "nothing to save on SIGTERM",
         "derived")
 
-    lg = intent.get("logging") if isinstance(intent.get("logging"), dict) else {}
+    lg: dict[str, Any] = intent["logging"] if isinstance(intent.get("logging"), dict) else {}
     put("log_interval", int(lg.get("interval", 1)), ("logging", "interval"), "log every iteration")
     put("tensorboard_dir", lg.get("tensorboard"), ("logging", "tensorboard"), "no TensorBoard")
     wb = lg.get("wandb") if isinstance(lg.get("wandb"), dict) else None
