@@ -108,3 +108,20 @@ def test_descriptions_and_enums_come_from_the_cerberus_schema():
     assert n_enum >= 5 and n_desc >= 20
     from mocompile.catalogue import models
     assert js["properties"]["model"]["anyOf"][0]["enum"] == sorted(models())
+
+
+def test_a_recipe_that_extends_a_base_may_leave_nested_required_keys_to_it():
+    """`extends` merges the base under the recipe: `hardware: {nodes: 4}` is complete when the base names the
+    GPU. Without `extends` the same nested keys are required, as mocompile requires them."""
+    jsonschema = pytest.importorskip("jsonschema")
+    validator = jsonschema.Draft7Validator(json.loads(SCHEMA_FILE.read_text()))
+    child = {"extends": "base.yaml", "hardware": {"nodes": 4}, "tokenizer": {"type": "huggingface"},
+             "profile": {"start": 5}}
+    assert list(validator.iter_errors(child)) == []
+    alone = {"schema": 1, "model": "qwen3-30b-a3b", "goal": "throughput", "hardware": {"nodes": 4}}
+    errors = [(list(e.absolute_path), e.message) for e in validator.iter_errors(alone)]
+    assert errors == [(["hardware"], "'gpu' is a required property")]
+    for missing in ({"tokenizer": {"type": "huggingface"}}, {"profile": {"start": 5}},
+                    {"training": {"data": {"type": "megatron"}}}):
+        full = dict(alone, hardware={"gpu": "h100", "nodes": 4}, **missing)
+        assert [e.validator for e in validator.iter_errors(full)] == ["required"], missing

@@ -341,3 +341,20 @@ def test_with_a_pinned_micro_batch_size_tune_leaves_it_to_the_recipe():
     res = analyse(str(MID), [ON_4XH200])
     assert plans and not any("training.micro_batch_size" in p["pins"] for p in plans)
     assert "micro_batch" not in res.plan.planner and not any("MBS" in p["plan"] for p in plans)
+
+
+def test_a_pinned_dispatcher_the_probe_found_missing_is_refused_at_the_pin(tmp_path):
+    """CLU001: the launch would stop in preflight (RUN003); the compile says so first, at the user's pin."""
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "clusters").mkdir()
+    shutil.copy(ROOT / "clusters" / "probed-h200x4.yaml", tmp_path / "clusters")  # deep_ep, hybrid_ep missing
+    text = MID.read_text().replace("../../clusters/lent-h100x4.yaml", "clusters/probed-h200x4.yaml")
+    (tmp_path / "r.yaml").write_text(text + "\n")
+    for backend, package in (("deepep", "deep_ep"), ("hybridep", "hybrid_ep")):
+        proc = run_cli("lint", str(tmp_path / "r.yaml"), "--set", f"moe.dispatcher={backend}")
+        assert proc.returncode == 1 and "[CLU001]" in proc.stdout and f"needs {package}" in proc.stdout, proc.stdout
+    assert run_cli("lint", str(tmp_path / "r.yaml"), "--set", "moe.dispatcher=alltoall").returncode == 0
+    r = analyse(str(tmp_path / "r.yaml"))
+    assert r.plan["cluster_missing"] == ["apex", "deep_ep", "hybrid_ep"]
+    assert analyse(str(MID)).plan["cluster_missing"] == []  # lent-h100x4: not probed, nothing known missing
+    assert analyse(str(ROOT / "recipes" / "tiny-moe-h100x2.yaml")).plan["cluster_missing"] is None  # no profile

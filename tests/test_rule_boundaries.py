@@ -331,6 +331,12 @@ BOUNDARIES = [
     ("TOK002", dict(data_type="gpt", tokenizer_type="NullTokenizer"),
      dict(data_type="gpt", tokenizer_type="HuggingFaceTokenizer")),
     ("DATA001", dict(eval_interval=10, split="100,0,0"), dict(eval_interval=10, split="99,1,0")),
+    # the flex backend's own package, missing on the probed cluster; another package missing, or no probe
+    ("CLU001", dict(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="deepep", cluster_missing=["deep_ep"]),
+     dict(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="deepep", cluster_missing=["hybrid_ep"])),
+    ("CLU001", dict(FLEX_HYBRIDEP, cluster_missing=["apex", "hybrid_ep"]), dict(FLEX_HYBRIDEP, cluster_missing=None)),
+    ("CLU001", dict(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="deepep", cluster_missing=["deep_ep"]),
+     dict(moe_token_dispatcher_type="alltoall", moe_flex_dispatcher_backend=None, cluster_missing=["deep_ep"])),
     # pyxis' separators: one ',' or ':' anywhere in any mounted folder, against the same path without it
     ("LAU001", dict(container_mounts=["/data", "/ckpt,a"]), dict(container_mounts=["/data", "/ckpt-a"])),
     ("LAU001", dict(container_mounts=["/a:b"]), dict(container_mounts=["/a;b"])),

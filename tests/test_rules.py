@@ -12,7 +12,8 @@ WITH_EXAMPLES = [r for r in rules() if r.examples]
 # Rules the resolver's derivations make unreachable from an intent: their predicates are
 # exercised directly on flat settings in test_rules_without_intent_examples below.
 DIRECT = {"PP004", "OVL007", "OVL008", "OVL013", "DW004", "DSP002", "DSP009",
-          "MEM002"}  # MEM002 needs a shipped Bridge recipe's model: tests/test_memory_truth.py runs them
+          "MEM002",  # MEM002 needs a shipped Bridge recipe's model: tests/test_memory_truth.py runs them
+          "CLU001"}  # needs a probed cluster profile in the project: tests/test_probe_tune.py runs it from an intent
 
 
 def test_catalogue_and_checks_match():
@@ -68,6 +69,7 @@ def _flat(**kw):
      dict(shipped_recipe=None, gpu_memory_gib=80, memory_estimate_gib=80.01, memory_limit_gib=73.6)),
 ])
 def test_rules_without_intent_examples(rule_id, broken, fine):
+    """(CLU001's flat cases are in tests/test_rule_boundaries.py, its intent case in tests/test_probe_tune.py.)"""
     assert CHECKS[rule_id](_flat(**broken))
     assert not CHECKS[rule_id](_flat(**fine))
 

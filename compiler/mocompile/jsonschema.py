@@ -68,6 +68,19 @@ def _object(schema: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _pop_required(node: dict[str, Any]) -> dict[str, Any]:
+    """Remove ``required`` from an object schema and its nested properties; return them as a schema of their own
+    (the same nesting), which an instance without ``extends`` must also satisfy."""
+    out: dict[str, Any] = {}
+    required = node.pop("required", None)
+    if required:
+        out["required"] = required
+    props = {k: frag for k, sub in (node.get("properties") or {}).items() if (frag := _pop_required(sub))}
+    if props:
+        out["properties"] = props
+    return out
+
+
 def json_schema() -> dict[str, Any]:
     root = _object(intent_schema())
     model_obj = _object(model_schema())
@@ -75,10 +88,11 @@ def json_schema() -> dict[str, Any]:
         "description": root["properties"]["model"].get("description", ""),
         "anyOf": [{"type": "string", "enum": sorted(models())}, model_obj],
     }
-    # A recipe that `extends` another inherits the required keys from its base file.
-    required = root.pop("required", [])
+    # A recipe that `extends` another inherits the required keys from its base file, nested ones too (a base
+    # that names hardware.gpu lets the recipe write only hardware.nodes): every `required` moves to the branch
+    # for recipes without `extends`; mocompile itself checks the merged recipe.
     root["if"] = {"required": ["extends"]}
-    root["else"] = {"required": required}
+    root["else"] = _pop_required(root)
     return {"$schema": "http://json-schema.org/draft-07/schema#",
             "$id": f"https://mocompile.dev/schema/intent-{__version__}.json",
             "title": "mocompile intent", **root}

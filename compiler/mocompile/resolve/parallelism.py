@@ -34,6 +34,10 @@ def base(ctx: Context) -> None:
         ctx.set(name, value, "hardware", f"hardware catalogue ({hw['id']}) and the recipe's hardware block")
     ctx.set("gpu_flex_backends", sorted(b.split("-", 1)[1] for b in hw["dispatchers"]["legal"] if b.startswith("flex-")),
             "hardware", "which flex backends Megatron-Bridge accepts on this GPU")
+    probed = ((hw.get("cluster") or {}).get("missing"))
+    ctx.set("cluster_missing", sorted(probed) if probed is not None else None, "hardware",
+            "what the cluster profile's `mocompile probe` found missing on its nodes (empty: nothing, or no probe)"
+            if probed is not None else "no cluster profile: nothing known to be missing")
     te = v["transformer_engine"]
     ctx.set("te_version", None if te == "none" else te, "user" if ctx.explicit("versions", "transformer_engine") else "default",
             "target stack", path=("versions", "transformer_engine"))

@@ -23,6 +23,7 @@ from mocompile import layout as layouts
 from mocompile import memory, plancache, steptime
 from mocompile.datafiles import load_yaml
 from mocompile.resolve.context import Context
+from mocompile.rules.checks import FLEX_PACKAGES
 from mocompile.rules.engine import VERSION_KEYS, rules
 from mocompile.steptime import Batch, Candidate, StepEstimate
 
@@ -174,7 +175,7 @@ def _dispatchers(ctx: Context) -> list[str]:
     return ["alltoall"] + [b for b in FLEX if b in ctx["gpu_flex_backends"] and NEEDS.get(b) not in missing]
 
 
-NEEDS = {"deepep": "deep_ep", "hybridep": "hybrid_ep"}  # what `mocompile probe` records for each flex backend
+NEEDS = FLEX_PACKAGES  # what `mocompile probe` records for each flex backend
 
 
 def _bools(ctx: Context, path: tuple[str, str], goal_default: list[bool]) -> list[bool]:

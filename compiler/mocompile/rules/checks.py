@@ -93,6 +93,16 @@ def memory_limit(c: dict[str, Any]) -> float:
     return limit if limit is not None else memory.usable_gib(c["gpu_memory_gib"])
 
 
+# the package each flex backend imports (what `mocompile probe` records as missing)
+FLEX_PACKAGES = {"deepep": "deep_ep", "hybridep": "hybrid_ep"}
+
+
+def missing_package(c: Cfg) -> str | None:
+    """The package the chosen flex backend needs that the cluster profile's probe found missing there."""
+    need = FLEX_PACKAGES.get(_backend(c) or "")
+    return need if need and need in (c.get("cluster_missing") or []) else None
+
+
 CHECKS: dict[str, Check] = {
     "PAR001": lambda c: c["world_size"] % (c["tensor_model_parallel_size"] * c["pipeline_model_parallel_size"]
                                            * c["context_parallel_size"]) != 0,
@@ -201,6 +211,7 @@ CHECKS: dict[str, Check] = {
     # candidate trials run before these settings exist, and a missing one means "not configured".
     "TOK001": lambda c: (c.get("tokenizer_vocab_size") or 0) > c["vocab_size"],
     "TOK002": lambda c: c.get("data_type", "mock") != "mock" and c.get("tokenizer_type", "NullTokenizer") == "NullTokenizer",
+    "CLU001": lambda c: missing_package(c) is not None,
     "LAU001": lambda c: any("," in p or ":" in p for p in c.get("container_mounts") or []),
     "DATA001": lambda c: bool(c.get("eval_interval")) and split_share(c.get("split"), 1) == 0.0,
     "CKPT001": lambda c: bool(c.get("load")) and not c.get("save"),

@@ -11,7 +11,7 @@ from mocompile import memory
 from mocompile.datafiles import load_yaml
 from mocompile.ir import Diagnostic, Plan, Position
 from mocompile.layout import layout_error
-from mocompile.rules.checks import CHECKS, DEEPEP_GROUP_SIZES
+from mocompile.rules.checks import CHECKS, DEEPEP_GROUP_SIZES, missing_package
 from mocompile.versions import in_range
 
 CATALOGUE = os.path.join(os.path.dirname(__file__), "catalogue.yaml")
@@ -70,6 +70,7 @@ def context(cfg: dict[str, Any]) -> dict[str, Any]:
         vpp=vpp,
         cp2=2 * cfg.get("context_parallel_size", 1),
         ep_group=cfg.get("expert_model_parallel_size", 1) * cfg.get("expert_tensor_parallel_size", 1),
+        missing_package=missing_package(cfg) if "moe_token_dispatcher_type" in cfg else None,
         deepep_sizes=", ".join(map(str, DEEPEP_GROUP_SIZES)),
         hybridep_ranks=cfg.get("hybridep_ranks_per_domain"),
         stages=pp * vpp,
