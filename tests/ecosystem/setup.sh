@@ -3,7 +3,8 @@
 #
 #   bash tests/ecosystem/setup.sh [VENV]     # VENV defaults to .venv-stack
 #
-#   - into VENV (pip): pre-commit, check-jsonschema, jsonschema, yamllint
+#   - into VENV (pip): pre-commit, check-jsonschema, jsonschema, yamllint; kubeflow-trainer-api (Kubeflow
+#     Trainer v2's API models, --no-deps: its one dependency, pydantic, is in the stack's lock)
 #   - Debian packages (root + apt-get, only when missing): slurm-wlm, munge, shellcheck
 # Tests skip, with the reason, when a tool is missing; tests/run calls this first so that in CI
 # every one of them really runs.
@@ -22,7 +23,8 @@ fi
 # --- Python tools ---------------------------------------------------------------------------------
 if "$VENV/bin/python" - <<'PY' >/dev/null 2>&1
 import importlib.util, sys
-sys.exit(0 if all(importlib.util.find_spec(m) for m in ("pre_commit", "check_jsonschema", "jsonschema", "yamllint")) else 1)
+sys.exit(0 if all(importlib.util.find_spec(m) for m in ("pre_commit", "check_jsonschema", "jsonschema", "yamllint",
+                                                       "kubeflow_trainer_api")) else 1)
 PY
 then
   log "python tools present in $VENV"
@@ -32,6 +34,8 @@ else
   status=0
   "$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off \
     pre-commit check-jsonschema jsonschema yamllint >"$out" 2>&1 || status=$?
+  [[ "$status" -ne 0 ]] || "$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off \
+    --no-deps "kubeflow-trainer-api==2.3.0" >>"$out" 2>&1 || status=$?
   grep -v -e 'is ignored: it is neither a file nor a directory' "$out" | tail -n 3 >&2 || true
   rm -f "$out"
   [[ "$status" -eq 0 ]] || exit "$status"

@@ -292,9 +292,11 @@ def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
                    f"{shquote(rel + '/train.py')}")  # a shell command line inside a YAML string: both escapers apply
         roles = [("Master", 1)] + ([("Worker", hw["nodes"] - 1)] if hw["nodes"] > 1 else [])
         written = set(mounts.written(plan))
-        files["trainjob.yaml"] = header.stamp_comment(t.get_template("trainjob.yaml.j2").render(
+        template = "trainjob-v2.yaml.j2" if k8s.get("api") == "trainjob" else "trainjob.yaml.j2"
+        files["trainjob.yaml"] = header.stamp_comment(t.get_template(template).render(
             **common, k8s_name=re.sub(r"[^a-z0-9-]", "-", plan.name.lower()).strip("-")[:63] or "mocompile",
-            namespace=k8s.get("namespace", "default"), image=launch.get("container") or "nvcr.io/nvidia/nemo:latest",
+            namespace=k8s.get("namespace", "default"), runtime=k8s.get("runtime", "torch-distributed"),
+            image=launch.get("container") or "nvcr.io/nvidia/nemo:latest",
             workdir=workdir, command=command, roles=roles,
             mounts=[(f"host-{i}", path, "DirectoryOrCreate" if path in written else "Directory")
                     for i, path in enumerate(plan.get("container_mounts") or [])]), source, ih)
