@@ -1,7 +1,7 @@
 """Issue 20's grid against the step-time model, on this machine's CPU: every plan the grid ran is compiled
 again here with the probed cluster profile, and its predicted step is set against the measured median of its
 runs (issue20_grid.py's state, plus the runs ``mocompile tune`` made of the same plans). Prints a Markdown table,
-the share within ``--within`` and Spearman's rank correlation (ties ranked by their mean).
+the share within ``--within`` and Spearman's rank correlation (grid_report.spearman).
 
     .venv/bin/python benchmarks/gpu/issue20_report.py benchmarks/results/issue20-h200x4-2026-11-27 \
         --profile clusters/probed-h200x4.yaml
@@ -17,30 +17,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "compiler"))
-
-
-def ranks(xs: list[float]) -> list[float]:
-    """1-based ranks, tied values sharing the mean of their ranks."""
-    order = sorted(range(len(xs)), key=lambda i: xs[i])
-    out = [0.0] * len(xs)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            out[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return out
-
-
-def spearman(a: list[float], b: list[float]) -> float:
-    """Pearson's correlation of the ranks (exact with ties)."""
-    ra, rb = ranks(a), ranks(b)
-    ma, mb = statistics.mean(ra), statistics.mean(rb)
-    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb, strict=False))
-    var = (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
-    return cov / var if var else 0.0
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grid_report import spearman  # noqa: E402  (ties ranked by their mean, as the grid reports do)
 
 
 def predicted_s(recipe: str, sets: list[str]) -> tuple[float, str, int]:
