@@ -32,6 +32,8 @@ declare -A MODULE=(
   [layout]=compiler/mocompile/layout.py [steptime]=compiler/mocompile/steptime.py
   [search]=compiler/mocompile/resolve/search.py [decide]=compiler/mocompile/resolve/decide.py
   [reference]=compiler/mocompile/resolve/reference.py [memory]=compiler/mocompile/memory.py
+  [mounts]=compiler/mocompile/resolve/mounts.py [stages]=compiler/mocompile/rules/stages.py
+  [init]=compiler/mocompile/init.py [datafiles]=compiler/mocompile/datafiles.py
 )
 declare -A TESTS=(
   [load]="$INPUT_TESTS" [limits]="$INPUT_TESTS" [schema]="$INPUT_TESTS tests/test_editor_schema.py"
@@ -40,6 +42,9 @@ declare -A TESTS=(
   [checks]="$RULE_TESTS" [engine]="$RULE_TESTS" [layout]="$RULE_TESTS" [steptime]="$PLANNER_TESTS"
   [search]="$PLANNER_TESTS" [decide]="$PLANNER_TESTS" [reference]="$PLANNER_TESTS"
   [memory]="$PLANNER_TESTS tests/test_lint_fast_paths.py tests/test_memory_te.py"
+  [mounts]="tests/test_container_mounts.py tests/test_trainjob_v2.py tests/test_kubernetes.py"
+  [stages]="tests/test_explain_ids.py tests/test_cli.py" [init]="tests/test_init.py tests/test_memory_truth.py"
+  [datafiles]="tests/test_cache_hygiene.py tests/test_lintcache.py tests/test_plancache.py"
 )
 MODULES="${MODULES:-load limits schema catalogue render header python_recipe writer textsafe}"
 
