@@ -7,7 +7,7 @@ import os
 import sys
 import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mocompile import formats
 from mocompile.cli import emit_diagnostics, json_dump
@@ -199,6 +199,18 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if bad else EXIT_CLEAN
 
 
+def memory_line(m: dict[str, Any]) -> str:
+    """The memory estimate as a sum a reader can check: the allocator's peak term by term, then what the GPU
+    holds beside it (each term as the estimate rounds it, so the parts add up to within rounding)."""
+    parts = [("weights+optimizer", "weights_and_optimizer_gib"), ("activations", "activations_gib"),
+             ("logits", "logits_gib"), ("CUDA-graph buffers", "graph_buffers_gib"),
+             ("unfused wgrad buffers", "unfused_wgrad_gib")]
+    peak = " + ".join(f"{label} {m[key]}" for label, key in parts if m.get(key))
+    return (f"memory estimate: {m.get('total_gib')} GiB of {m.get('gpu_memory_gib')} GiB per GPU = PyTorch peak "
+            f"{m.get('estimate_gib')} ({peak}) + dispatcher buffers {m.get('dispatcher_buffers_gib')} + NCCL/context "
+            f"{m.get('nccl_context_gib')}")
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
     from mocompile.rules.engine import by_id
     rules = by_id()
@@ -266,10 +278,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         for key, d in plan.env.items():
             print(f"  {key}={visible(d.value)}  ({d.source}: {visible(d.reason)})")
         m = plan.memory
-        print(f"memory estimate: {m.get('total_gib')} GiB of {m.get('gpu_memory_gib')} GiB per GPU: PyTorch peak "
-              f"{m.get('estimate_gib')} (weights+optimizer {m.get('weights_and_optimizer_gib')}, activations "
-              f"{m.get('activations_gib')}, logits {m.get('logits_gib')}) + dispatcher buffers "
-              f"{m.get('dispatcher_buffers_gib')} + NCCL/context")
+        print(memory_line(m))
         _print_planner(plan.planner)
         _print_cluster(plan.hardware.get("cluster"))
         if r.diagnostics:

@@ -331,6 +331,9 @@ class Estimator:
             "logits_gib": round(logits / GIB, 2),
             "dispatcher_buffers_gib": round(buffers / GIB, 2),
             "graph_buffers_gib": round(graphs / GIB, 2),
+            # the rest of the allocator's peak: weight-gradient buffers of layers whose wgrad is not fused
+            "unfused_wgrad_gib": round((allocated - weights - acts - logits - graphs) / GIB, 2),
+            "nccl_context_gib": WORKSPACE_GIB,
             "params_per_gpu_m": round((dense + experts) / 1e6, 1),
             "in_flight_microbatches": round(in_flight, 2),
         }
