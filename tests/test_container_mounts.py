@@ -108,6 +108,18 @@ def test_a_dry_run_creates_nothing(tmp_path):
     assert not paths["ckpt"].exists() and not paths["cache"].exists()
 
 
+def test_a_container_run_that_names_no_absolute_path_mounts_only_the_recipe_and_submit_folders(tmp_path):
+    proj, _ = _project(tmp_path)
+    text = (proj / "r.yaml").read_text()
+    text = text.split("training:")[0] + f'launch: {{container: "{IMAGE}"}}\n'  # mock data, no folders named
+    (proj / "r.yaml").write_text(text)
+    d = analyse(str(proj / "r.yaml")).plan.settings["container_mounts"]
+    assert d.value == [] and "no absolute path" in d.reason
+    _, paths = _project(tmp_path / "two")
+    d = analyse(str(tmp_path / "two" / "proj" / "r.yaml")).plan.settings["container_mounts"]
+    assert len(d.value) == 4 and "these absolute paths the run reads or writes" in d.reason
+
+
 def test_without_a_container_nothing_is_mounted_or_made(tmp_path):
     proj, _ = _project(tmp_path)
     text = (proj / "r.yaml").read_text().replace(f', container: "{IMAGE}"', "")

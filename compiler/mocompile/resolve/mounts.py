@@ -36,8 +36,8 @@ def touched(plan: Plan) -> list[str]:
             found.append(p)
     found += [os.path.normpath(m) for m in (plan.intent.get("launch") or {}).get("mounts") or []]
     out: list[str] = []
-    for p in sorted(set(found), key=lambda s: (s.count("/"), s)):
-        if not any(p == q or p.startswith(q.rstrip("/") + "/") for q in out):
+    for p in sorted(set(found), key=lambda s: (s.count("/"), s)):  # distinct, outermost first
+        if not any(p.startswith(q.rstrip("/") + "/") for q in out):
             out.append(p)
     return sorted(out)
 
