@@ -128,3 +128,15 @@ def test_where_the_recipes_recompute_fits_only_with_balanced_routing_the_planner
     assert "micro_batch_size: 4" in bench and 'recompute: {granularity: "none"}' in bench
     fits = init.find(RECIPES[0])  # fits with natural routing: nothing unpinned
     assert "auto" not in init.intent_text(fits).split("schema: 1")[1]
+
+
+def test_weak_scaling_down_halves_data_parallelism_and_the_global_batch(tmp_path):
+    a = next(a for a in anchors() if init.model_parallel(a) * 2 <= a["gpus"] // 2 and a["gpus"] // 2 > 8)
+    p = _compile(tmp_path, init.intent_text(a, a["gpus"] // 2, benchmark=True)).plan
+    assert p["world_size"] == a["gpus"] // 2 and p["global_batch_size"] == a["gbs"] // 2
+
+
+def test_an_unknown_recipe_offers_at_most_three_close_names():
+    proc = run_cli("init", "--from", "qwen3_30b_a3b_pretrain_16gpu_h100_bf17")
+    names = proc.stderr.split("did you mean ", 1)[1].split("?")[0].split(", ")
+    assert proc.returncode == 2 and len(names) == 3 and all(n.startswith("qwen3_30b_a3b_pretrain_") for n in names)
