@@ -140,3 +140,19 @@ def test_an_unknown_recipe_offers_at_most_three_close_names():
     proc = run_cli("init", "--from", "qwen3_30b_a3b_pretrain_16gpu_h100_bf17")
     names = proc.stderr.split("did you mean ", 1)[1].split("?")[0].split(", ")
     assert proc.returncode == 2 and len(names) == 3 and all(n.startswith("qwen3_30b_a3b_pretrain_") for n in names)
+
+
+def test_the_config_suffix_is_optional_and_the_comment_says_how_the_size_was_chosen():
+    a = init.find("qwen3_30b_a3b_pretrain_16gpu_h100_bf16")  # the `_config` suffix added
+    assert a["recipe"] == "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config"
+    assert "), as shipped." in init.intent_text(a)
+    assert "weak-scaled by DP to 64 GPUs" in init.intent_text(a, 64) and "as shipped" not in init.intent_text(a, 64)
+    dsv3 = init.intent_text(init.find("deepseek_v3_pretrain_64gpu_h100_bf16_config"))
+    assert "its layout (PP8 x EP64, TP2) does not fit the 64 GPUs" in dsv3  # no " x ETP1" for ETP 1
+
+
+def test_fewer_gpus_than_a_node_is_one_partial_node():
+    """No shipped recipe is smaller than a node, but a held-out one may be: EP 2 written for 4 of 8 GPUs."""
+    a = dict(next(a for a in anchors() if a["gpu"] == "h100"), tp=1, pp=1, vpp=1, cp=1, ep=2, etp=1, gpus=8, gbs=64)
+    text = init.intent_text(a, 4, benchmark=True)
+    assert "hardware: {gpu: h100, nodes: 1, gpus_per_node: 4}" in text and "global_batch_size: 32" in text
