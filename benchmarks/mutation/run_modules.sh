@@ -44,7 +44,7 @@ declare -A TESTS=(
   [memory]="$PLANNER_TESTS tests/test_lint_fast_paths.py tests/test_memory_te.py"
   [mounts]="tests/test_container_mounts.py tests/test_trainjob_v2.py tests/test_kubernetes.py"
   [stages]="tests/test_explain_ids.py tests/test_cli.py" [init]="tests/test_init.py tests/test_memory_truth.py"
-  [datafiles]="tests/test_cache_hygiene.py tests/test_lintcache.py tests/test_plancache.py"
+  [datafiles]="tests/test_cache_hygiene.py tests/test_datafiles.py tests/test_lintcache.py tests/test_plancache.py"
 )
 MODULES="${MODULES:-load limits schema catalogue render header python_recipe writer textsafe}"
 
