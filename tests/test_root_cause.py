@@ -66,3 +66,15 @@ def test_a_misspelling_of_a_key_without_a_megatron_field_still_finds_it(tmp_path
     path.write_text(HEAD.format(model="qwen3-30b-a3b", nodes=2) + "parallelism: {seqence_parallel: true}\n")
     proc = run_cli("lint", str(path))
     assert "did you mean `sequence_parallel`?" in proc.stdout + proc.stderr
+
+
+def test_beside_an_error_advice_on_knobs_the_planner_chose_is_left_out_but_advice_on_pins_stays(tmp_path):
+    # DeepSeek-V3 cannot fit 16 GPUs: the error is MEM001; the DeepEP the planner tried needs no warning (DSP006)
+    errors, everything = _rules(tmp_path, "moe: {overlap: true}\nparallelism: {vpp: 1}\n", "deepseek-v3", 2)
+    assert errors == {"MEM001"} and everything == {"MEM001"}
+    # the user's own DeepEP across nodes is theirs: its warning stays beside the PP error
+    errors, everything = _rules(tmp_path, "moe: {dispatcher: deepep}\nparallelism: {ep: 16, pp: 5}\n")
+    assert "PAR001" in errors and "DSP006" in everything
+    # and without an error, the planner's own choices keep their advice (Moonlight on 16 nodes: DeepEP across them)
+    errors, everything = _rules(tmp_path, "", "moonlight-16b-a3b", 16)
+    assert not errors and "DSP006" in everything

@@ -22,9 +22,20 @@ from .test_fuzz_recipes import NAMES, TEXTS, TOKENS
 REQUIRED = ["schema", "model", "hardware", "goal"]
 
 
+def _merge_required(node: dict[str, Any], frag: dict[str, Any]) -> None:
+    """Put the `else` branch's (nested) `required` lists back where they apply: the schema for a recipe without
+    `extends`, which is what this strategy draws."""
+    if frag.get("required"):
+        node["required"] = sorted(set(node.get("required", [])) | set(frag["required"]))
+    for key, sub in (frag.get("properties") or {}).items():
+        _merge_required(node["properties"][key], sub)
+
+
 def _intent_schema() -> dict[str, Any]:
     from mocompile.jsonschema import json_schema
     schema = copy.deepcopy(json_schema())
+    _merge_required(schema, schema.pop("else"))
+    schema.pop("if")
     schema["required"] = REQUIRED
     schema["properties"].pop("extends")  # a base file is the limits tests' business
     return schema

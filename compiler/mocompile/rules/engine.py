@@ -111,9 +111,13 @@ def check(plan: Plan) -> list[Diagnostic]:
     out = []
     broken = broken_rules(cfg)
     masked = {f for r in broken if r.severity == "error" for f in r.masks}
+    failing = any(r.severity == "error" for r in broken)
     for rule in broken:
         if not rule.masks and masked.intersection(rule.fields):
             continue  # a consequence of a broken rule's meaningless value, not a cause of its own
+        if failing and rule.severity != "error" and not any(
+                (d := plan.settings.get(f)) is not None and d.source == "user" for f in rule.fields):
+            continue  # advice on a knob the planner chose, for a plan that cannot run: noise beside the error
         pos = None
         for f in rule.fields:
             d = plan.settings.get(f)
