@@ -337,6 +337,13 @@ BOUNDARIES = [
     ("CLU001", dict(FLEX_HYBRIDEP, cluster_missing=["apex", "hybrid_ep"]), dict(FLEX_HYBRIDEP, cluster_missing=None)),
     ("CLU001", dict(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="deepep", cluster_missing=["deep_ep"]),
      dict(moe_token_dispatcher_type="alltoall", moe_flex_dispatcher_backend=None, cluster_missing=["deep_ep"])),
+    # a multi-node Kubernetes job without an RDMA resource; one node, a resource, or no Kubernetes target
+    ("LAU002", dict(kubernetes_target=True, nodes=2, kubernetes_rdma=None),
+     dict(kubernetes_target=True, nodes=1, kubernetes_rdma=None)),
+    ("LAU002", dict(kubernetes_target=True, nodes=2, kubernetes_rdma=None),
+     dict(kubernetes_target=True, nodes=2, kubernetes_rdma=["rdma/ib", 1])),
+    ("LAU002", dict(kubernetes_target=True, nodes=2, kubernetes_rdma=None),
+     dict(kubernetes_target=False, nodes=2, kubernetes_rdma=None)),
     # pyxis' separators: one ',' or ':' anywhere in any mounted folder, against the same path without it
     ("LAU001", dict(container_mounts=["/data", "/ckpt,a"]), dict(container_mounts=["/data", "/ckpt-a"])),
     ("LAU001", dict(container_mounts=["/a:b"]), dict(container_mounts=["/a;b"])),

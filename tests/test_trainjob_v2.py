@@ -65,3 +65,25 @@ def test_the_runtime_patch_mounts_shared_memory_and_the_host_folders_in_the_node
     assert pod["containers"][0]["name"] == "node"
     assert volumes[mounts["/dev/shm"]]["emptyDir"] == {"medium": "Memory"}
     assert volumes[mounts["/data/sets"]]["hostPath"] == {"path": "/data/sets", "type": "Directory"}
+
+
+@pytest.mark.parametrize("api_name", ["pytorchjob", "trainjob"])
+def test_multi_node_pods_request_the_clusters_rdma_resource(api_name):
+    from ruamel.yaml import YAML
+    sets = ["launch.targets=[torchrun, kubernetes]", f"launch.kubernetes.api={api_name}", "hardware.nodes=2",
+            "launch.kubernetes.rdma_resource=rdma/ib", "launch.kubernetes.rdma_per_pod=2"]
+    result = compile_recipe(str(ROOT / "recipes/tiny-moe-h100x2.yaml"), sets)
+    assert not result.errors and "LAU002" not in {d.rule for d in result.diagnostics}
+    doc = YAML(typ="safe").load(result.files["trainjob.yaml"])
+    if api_name == "trainjob":
+        limits = doc["spec"]["trainer"]["resourcesPerNode"]["limits"]
+        assert api.TrainerV1alpha1TrainJob.from_dict(doc).to_dict() == doc
+    else:
+        from test_kubernetes import _errors
+        limits = doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+        assert _errors(doc) == []
+    assert limits == {"nvidia.com/gpu": 2, "rdma/ib": 2}
+    # without the resource: no request, and LAU002 warns at launch.targets
+    result = compile_recipe(str(ROOT / "recipes/tiny-moe-h100x2.yaml"), sets[:3])
+    warned = [d for d in result.diagnostics if d.rule == "LAU002"]
+    assert warned and warned[0].severity == "warning" and "rdma/ib" not in result.files["trainjob.yaml"]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-gb200-hybridep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:2b4f8e7c56e0611e input sha256:b34c535796c50058
+# mocompile: checksum sha256:2b4f8e7c56e0611e input sha256:f309484c7a7a529e
 # deepseek-v3-gb200-hybridep: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan

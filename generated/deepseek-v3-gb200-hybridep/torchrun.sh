@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-gb200-hybridep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:44996daeeff49c36 input sha256:b34c535796c50058
+# mocompile: checksum sha256:44996daeeff49c36 input sha256:f309484c7a7a529e
 # deepseek-v3-gb200-hybridep: torchrun launcher for 256 GPUs (64 node(s) x 4).
 # Run it on every node. Multi-node: set NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT.
 # MOCOMPILE_DRY_RUN=1 runs the preflight, prints the command and environment, and exits 0.

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-gb200-hybridep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:e61fd451287ae173 input sha256:b34c535796c50058
+# mocompile: checksum sha256:e61fd451287ae173 input sha256:f309484c7a7a529e
 """deepseek-v3-gb200-hybridep: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 DeepSeek-V3 (671B-A37B) on 256x NVIDIA GB200 NVL72, goal throughput.

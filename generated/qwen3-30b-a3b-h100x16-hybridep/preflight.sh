@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-30b-a3b-h100x16-hybridep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:0a12dd4769289db6 input sha256:fccec4779a94baee
+# mocompile: checksum sha256:0a12dd4769289db6 input sha256:200cdf263ab29b58
 # qwen3-30b-a3b-h100x16-hybridep: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-30b-a3b-h100x16-hybridep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:c9b6d8039cb0f9db input sha256:fccec4779a94baee
+# mocompile: checksum sha256:c9b6d8039cb0f9db input sha256:200cdf263ab29b58
 # qwen3-30b-a3b-h100x16-hybridep: torchrun launcher for 16 GPUs (2 node(s) x 8).
 # Run it on every node. Multi-node: set NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT.
 # MOCOMPILE_DRY_RUN=1 runs the preflight, prints the command and environment, and exits 0.

@@ -297,7 +297,7 @@ def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
             **common, k8s_name=re.sub(r"[^a-z0-9-]", "-", plan.name.lower()).strip("-")[:63] or "mocompile",
             namespace=k8s.get("namespace", "default"), runtime=k8s.get("runtime", "torch-distributed"),
             image=launch.get("container") or "nvcr.io/nvidia/nemo:latest",
-            workdir=workdir, command=command, roles=roles,
+            workdir=workdir, command=command, roles=roles, rdma=plan.get("kubernetes_rdma"),
             mounts=[(f"host-{i}", path, "DirectoryOrCreate" if path in written else "Directory")
                     for i, path in enumerate(plan.get("container_mounts") or [])]), source, ih)
     files["mocompile.lock.json"] = header.stamp_json(lock(plan), source, ih)

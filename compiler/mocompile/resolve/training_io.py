@@ -120,8 +120,13 @@ def decisions(intent: dict[str, Any], doc: Document) -> dict[str, Decision]:
 
 def apply(plan: Plan, doc: Document) -> Plan:
     """Add these settings to a resolved plan (call before the rule check)."""
-    from mocompile.resolve import mounts
+    from mocompile.resolve import kubernetes, mounts
 
     plan.settings.update(decisions(plan.intent, doc))
     plan.settings["container_mounts"] = mounts.decision(plan)
+    plan.settings["kubernetes_rdma"] = kubernetes.rdma_decision(plan)
+    written = _written(doc.data, ("launch", "targets"))
+    plan.settings["kubernetes_target"] = Decision(
+        "kubernetes" in ((plan.intent.get("launch") or {}).get("targets") or []), "user" if written else "default",
+        "launch.targets", position=doc.position(("launch", "targets")) if written else None)
     return plan

@@ -212,6 +212,7 @@ CHECKS: dict[str, Check] = {
     "TOK001": lambda c: (c.get("tokenizer_vocab_size") or 0) > c["vocab_size"],
     "TOK002": lambda c: c.get("data_type", "mock") != "mock" and c.get("tokenizer_type", "NullTokenizer") == "NullTokenizer",
     "CLU001": lambda c: missing_package(c) is not None,
+    "LAU002": lambda c: bool(c.get("kubernetes_target")) and c["nodes"] > 1 and not c.get("kubernetes_rdma"),
     "LAU001": lambda c: any("," in p or ":" in p for p in c.get("container_mounts") or []),
     "DATA001": lambda c: bool(c.get("eval_interval")) and split_share(c.get("split"), 1) == 0.0,
     "CKPT001": lambda c: bool(c.get("load")) and not c.get("save"),
