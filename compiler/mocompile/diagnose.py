@@ -127,9 +127,9 @@ def profiled_iterations(lock: dict[str, Any] | None) -> set[int]:
 def breakdown(run: Run) -> dict[str, Any]:
     """The step's parts in ms (median over steps and traced ranks) and where they came from."""
     out: dict[str, Any] = {}
-    skip = profiled_iterations(run.lock)
-    steady = [r for r in run.metrics if int(r.get("iteration", 0) or 0) > WARMUP_STEPS
-              and int(r.get("iteration", 0) or 0) not in skip] or run.metrics
+    from mocompile.measure import steady_rows
+
+    steady = steady_rows(run.metrics, WARMUP_STEPS, profiled_iterations(run.lock)) or run.metrics
     if steady:
         times = sorted(float(r["step_ms"]) for r in steady)
         out["measured_step_ms"] = round(statistics.median(times), 1)

@@ -52,11 +52,17 @@ def read_metrics(path: str) -> list[dict[str, Any]]:
     return rows
 
 
+def steady_rows(rows: list[dict[str, Any]], warmup: int = WARMUP_STEPS,
+                skip: set[int] | None = None) -> list[dict[str, Any]]:
+    """The metrics rows after the warm-up, leaving out the iterations in ``skip`` (e.g. profiled ones)."""
+    skip = skip or set()
+    return [r for r in rows
+            if int(r.get("iteration", 0) or 0) > warmup and int(r.get("iteration", 0) or 0) not in skip]
+
+
 def steady_ms(rows: list[dict[str, Any]], warmup: int = WARMUP_STEPS, skip: set[int] | None = None) -> list[float]:
     """Step times after the warm-up, leaving out the iterations in ``skip`` (e.g. profiled ones)."""
-    skip = skip or set()
-    return [float(r["step_ms"]) for r in rows
-            if int(r.get("iteration", 0) or 0) > warmup and int(r.get("iteration", 0) or 0) not in skip]
+    return [float(r["step_ms"]) for r in steady_rows(rows, warmup, skip)]
 
 
 def spread(values: list[float]) -> float:

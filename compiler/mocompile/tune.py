@@ -25,7 +25,7 @@ from typing import Any
 
 from mocompile import measure
 from mocompile.errors import UsageError
-from mocompile.resolve.search import NEEDS as DISPATCHER_NEEDS  # what a flex backend needs to import there
+from mocompile.rules.checks import package_missing
 
 ITERATIONS = 20
 MAX_PLANS = 4
@@ -91,7 +91,7 @@ def candidates(recipe: str, sets: list[str], band: float | None, max_plans: int)
         problems = "; ".join(f"{d.rule}: {d.message}" for d in res.errors) or "no plan"
         raise UsageError(f"{recipe} does not compile: {problems}")
     p = res.plan.planner
-    missing = set((getattr(res.doc, "cluster", None) or {}).get("missing") or [])
+    missing = res.plan["cluster_missing"]
     if band is None:
         margin = p.get("trust_margin")
         band = float(margin) if margin is not None else 0.16
@@ -107,8 +107,7 @@ def candidates(recipe: str, sets: list[str], band: float | None, max_plans: int)
         label = x["plan"] + (f", MBS {mbs}" if mbs is not None else "")
         if label in seen:
             continue
-        needs = DISPATCHER_NEEDS.get(x["pins"].get("moe.dispatcher"))
-        if needs and needs in missing:  # the probe found it does not import there: a run would only fail
+        if package_missing(x["pins"].get("moe.dispatcher"), missing):  # does not import there: a run would fail
             continue
         seen.add(label)
         out.append({"plan": label, "pins": x["pins"], "predicted_s": x["step_time_s"],

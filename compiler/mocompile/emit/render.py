@@ -275,13 +275,14 @@ def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
         hybridep_probe=req["hybridep_probe"], io=preflight_io(plan)),
         source, ih, shebang="#!/usr/bin/env bash")
     targets = launch["targets"]
+    written = mounts.written(plan) if launch.get("container") else []  # made before they are mounted
     if "torchrun" in targets:
         files["torchrun.sh"] = header.stamp_comment(t.get_template("torchrun.sh.j2").render(**common),
                                                     source, ih, shebang="#!/usr/bin/env bash")
     if "slurm" in targets:
         files["slurm.sbatch"] = header.stamp_comment(t.get_template("slurm.sbatch.j2").render(
             **common, slurm=launch["slurm"], container=launch.get("container"), io=preflight_io(plan),
-            mounts=plan.get("container_mounts") or [], mkdirs=mounts.written(plan) if launch.get("container") else [],
+            mounts=plan.get("container_mounts") or [], mkdirs=written,
             job_name=re.sub(r"[^A-Za-z0-9._-]", "-", plan.name)), source, ih, shebang="#!/usr/bin/env bash")
     if "kubernetes" in targets:
         k8s = launch.get("kubernetes") or {}
@@ -291,7 +292,6 @@ def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
         command = (f"PYTHON={py} bash {shquote(rel + '/preflight.sh')} && exec {py} -m torch.distributed.run "
                    f"{shquote(rel + '/train.py')}")  # a shell command line inside a YAML string: both escapers apply
         roles = [("Master", 1)] + ([("Worker", hw["nodes"] - 1)] if hw["nodes"] > 1 else [])
-        written = set(mounts.written(plan))
         template = "trainjob-v2.yaml.j2" if k8s.get("api") == "trainjob" else "trainjob.yaml.j2"
         files["trainjob.yaml"] = header.stamp_comment(t.get_template(template).render(
             **common, k8s_name=re.sub(r"[^a-z0-9-]", "-", plan.name.lower()).strip("-")[:63] or "mocompile",

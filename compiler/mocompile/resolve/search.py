@@ -23,7 +23,7 @@ from mocompile import layout as layouts
 from mocompile import memory, plancache, steptime
 from mocompile.datafiles import load_yaml
 from mocompile.resolve.context import Context
-from mocompile.rules.checks import FLEX_PACKAGES
+from mocompile.rules.checks import package_missing
 from mocompile.rules.engine import VERSION_KEYS, rules
 from mocompile.steptime import Batch, Candidate, StepEstimate
 
@@ -171,11 +171,8 @@ def _dispatchers(ctx: Context) -> list[str]:
     # (the model costs their links alike; DeepEP is the older, more widely deployed one).
     # A flex backend the cluster profile's probe found missing there (`mocompile probe`) would only fail its
     # preflight (RUN003/RUN013): not offered.
-    missing = set(((ctx.hw.get("cluster") or {}).get("missing")) or [])
-    return ["alltoall"] + [b for b in FLEX if b in ctx["gpu_flex_backends"] and NEEDS.get(b) not in missing]
-
-
-NEEDS = FLEX_PACKAGES  # what `mocompile probe` records for each flex backend
+    return ["alltoall"] + [b for b in FLEX if b in ctx["gpu_flex_backends"]
+                           and package_missing(b, ctx["cluster_missing"]) is None]
 
 
 def _bools(ctx: Context, path: tuple[str, str], goal_default: list[bool]) -> list[bool]:
@@ -652,12 +649,11 @@ def effects(ctx: Context, res_winner: Scored) -> dict[str, str]:
     w = res_winner
     out: dict[str, str] = {}
     alts = []
-    missing = set(((ctx.hw.get("cluster") or {}).get("missing")) or [])
     for disp in ["alltoall"] + [b for b in FLEX if b in ctx["gpu_flex_backends"]]:
         if disp == w.cand.dispatcher:
             continue
-        if NEEDS.get(disp) in missing:
-            alts.append(f"{disp} not offered ({NEEDS[disp]} missing on the cluster profile's nodes)")
+        if need := package_missing(disp, ctx["cluster_missing"]):
+            alts.append(f"{disp} not offered ({need} missing on the cluster profile's nodes)")
             continue
         d = _flip(sc, w, dispatcher=disp, num_sms=None)
         alts.append(f"{disp} {'illegal or does not fit' if d is None else signed_step(d)}")

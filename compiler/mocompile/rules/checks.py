@@ -97,10 +97,17 @@ def memory_limit(c: dict[str, Any]) -> float:
 FLEX_PACKAGES = {"deepep": "deep_ep", "hybridep": "hybrid_ep"}
 
 
+def package_missing(backend: str | None, missing: list[str] | None) -> str | None:
+    """The package flex ``backend`` imports, if the cluster profile's probe found it missing there (``missing``:
+    the plan's ``cluster_missing``); else None. The planner does not offer such a backend, and CLU001 refuses
+    a pinned one."""
+    need = FLEX_PACKAGES.get(backend or "")
+    return need if need and need in (missing or []) else None
+
+
 def missing_package(c: Cfg) -> str | None:
     """The package the chosen flex backend needs that the cluster profile's probe found missing there."""
-    need = FLEX_PACKAGES.get(_backend(c) or "")
-    return need if need and need in (c.get("cluster_missing") or []) else None
+    return package_missing(_backend(c), c.get("cluster_missing"))
 
 
 CHECKS: dict[str, Check] = {
