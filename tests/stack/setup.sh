@@ -97,6 +97,26 @@ if [ ! -d "$VENV" ]; then
 fi
 rm -f "$STAMP"
 
+# --- enough disk? -----------------------------------------------------------------------------
+# The lock (torch's CUDA wheels above all) unpacks to ~6.5 GiB in the venv, and pip stages each wheel
+# in the temp folder first. Say so up front instead of failing half-way with pip's "[Errno 28]".
+free_gib() { df -Pk "$1" 2>/dev/null | awk 'NR == 2 { printf "%d", $4 / 1048576 }'; }
+need_space() {
+    local dir="$1" want="$2" have
+    have="$(free_gib "$dir")"
+    if [ -n "$have" ] && [ "$have" -lt "$want" ]; then
+        echo "setup.sh: $dir has ${have} GiB free; the Megatron stack venv needs about ${want} GiB there" \
+            "(torch's CUDA wheels). Free some space (old clones, pip caches) or set TMPDIR elsewhere." >&2
+        exit 1
+    fi
+}
+if "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
+    need_space "$VENV" 1          # an update of a venv that already holds torch
+else
+    need_space "$VENV" 8
+    need_space "${TMPDIR:-/tmp}" 2
+fi
+
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
