@@ -128,7 +128,9 @@ def agreement(rows: list[dict[str, Any]], mode: str) -> tuple[list[str], list[di
             anchor = (planner or {}).get("anchor") or {}
             if mode != "shipped":  # the reference is no shipped recipe here: score the shipped plan itself
                 ctx = context_for(intent_text(a, optimizer=True))
-                anchor = {"step_time_s": search.Scorer(ctx).score(search.anchor_candidate(ctx, a, pins=False)).step}
+                sc = search.Scorer(ctx)
+                ship = sc.score(search.anchor_candidate(ctx, a, pins=False))
+                anchor = {"step_time_s": ship.step, "fits": ship.fits, "broken": sc.check(ship)}
             disagreements.append({"recipe": a["recipe"], "fields": [f for f in FIELDS if not same[f]],
                                   "mocompile": got, "shipped": want,
                                   "pred_mocompile_s": (planner or {}).get("chosen", {}).get("step_time_s"),

@@ -18,7 +18,9 @@ WARN = """schema: 1
 model: moonlight-16b-a3b
 hardware: {gpu: h100, nodes: 16}
 goal: throughput
-"""  # DSP006 (the planner's DeepEP across 16 nodes): a warning, exit 0
+moe: {dispatcher: deepep}
+parallelism: {ep: 16}
+"""  # DSP006 (DeepEP across two nodes): a warning, exit 0
 
 
 def lint(*args, cache, cwd=None, env=None, pythonpath=None):

@@ -298,13 +298,60 @@ def test_the_defaults_take_the_least_model_parallelism_counting_context_parallel
     assert (lambda c: (c.tp, c.pp, c.cp))(reference.defaults(ctx, _Scorer(0.0), first)) == (2, 1, 1)
 
 
+def _layout(c):
+    return (c.tp, c.pp, c.cp, c.ep)
+
+
+@pytest.mark.parametrize("gpn,first,want", [
+    # EP 8 fills an 8-GPU NVLink domain, no more: it is kept over EP 16 although EP 16 needs no pipeline
+    (8, [({"ep": 16}, True), ({"pp": 2, "ep": 8}, True)], (1, 2, 1, 8)),
+    # on 4-GPU nodes EP 8 spans two NVLink domains: EP 4 with a pipeline stays inside one
+    (4, [({"ep": 8}, True), ({"pp": 2, "ep": 4}, True)], (1, 2, 1, 4)),
+    # TP and the expert group each stay inside the domain (Megatron folds them into separate groups)
+    (8, [({"tp": 2, "ep": 8}, True), ({"pp": 2, "cp": 2, "ep": 8}, True)], (2, 1, 1, 8)),
+    # nothing inside the domain fits: the least model parallelism across nodes
+    (8, [({"ep": 16}, True), ({"pp": 2, "ep": 32}, True), ({"ep": 8}, False)], (1, 1, 1, 16)),
+])
+def test_the_defaults_keep_tp_and_the_expert_group_inside_the_nvlink_domain(gpn, first, want):
+    """Bridge's guidance: keep EP x TP inside the NVLink domain, then the least model parallelism (TP x PP x CP)."""
+    ctx = _ctx("h100", gpn, "moe: {overlap: false}\n")
+    assert _layout(reference.defaults(ctx, _Scorer(0.0), _first(*first))) == want
+
+
+def test_among_the_least_model_parallel_layouts_the_defaults_take_the_largest_expert_group():
+    """Prefer EP over TP for experts: with no pipeline or TP needed, EP 8 (fewest local experts) over 2 and 4,
+    whatever the ranking."""
+    ctx = _ctx("h100", 8, "moe: {overlap: false}\n")
+    first = _first(({"ep": 2}, True), ({"ep": 8}, True), ({"ep": 4}, True), ({"pp": 2, "ep": 8}, True))
+    assert _layout(reference.defaults(ctx, _Scorer(0.0), first)) == (1, 1, 1, 8)
+
+
+@pytest.mark.parametrize("rung,want", [
+    ((None, None, None, None), (1, 1, 1, 8)),                          # no recompute: the least parallelism
+    (("selective", ("layernorm", "moe_act"), None, None), (1, 1, 1, 8)),  # the guidance's selective labels: still
+    (("selective", ("layernorm", "moe", "core_attn"), None, None), (1, 2, 1, 8)),  # `moe` replays the all-to-all
+    (("full", None, "uniform", 1), (1, 2, 1, 8)),                      # full recompute: only if still out of memory
+])
+def test_the_defaults_take_more_pipeline_before_the_recompute_the_guidance_keeps_for_last(rung, want):
+    """Selective recompute before full, and `moe` only when needed: a layout that fits only with either loses to
+    one more pipeline stage that fits with lighter recompute; with nothing lighter, the heavy rung stays."""
+    ctx = _ctx("h100", 8, "moe: {overlap: false}\n")
+    first = _first(({"ep": 8, "recompute": rung}, True), ({"pp": 2, "ep": 8}, True))
+    assert _layout(reference.defaults(ctx, _Scorer(0.0), first)) == want
+    assert _layout(reference.defaults(ctx, _Scorer(0.0), first[:1])) == (1, 1, 1, 8)
+
+
 @pytest.mark.parametrize("ep,exposed,pin,want", [
-    (2, 0.5, "", True),           # half the step in exposed all-to-all at EP 2: overlap on
-    (2, 0.1, "", False),          # inside the model's error: the documented default (off) stays
+    (16, 0.5, "", True),          # half the step in exposed all-to-all across two nodes: overlap on
+    (16, 0.1, "", False),         # inside the model's error: the documented default (off) stays
+    (8, 0.5, "", False),          # the EP group inside one NVLink domain: the guidance keeps overlap for
+                                  # inter-node all-to-all (and avoids it for small EP on few nodes)
     (1, 0.5, "", False),          # no expert parallelism: nothing to overlap
-    (2, 0.5, "moe: {overlap: false}\n", False),  # pinned off: never turned on
+    (16, 0.5, "moe: {overlap: false}\n", False),  # pinned off: never turned on
 ])
 def test_the_defaults_overlap_only_what_the_model_sees_exposed_beyond_its_error(ep, exposed, pin, want):
+    """EP overlap by default only across NVLink domains and where the model puts more of the step in exposed
+    all-to-all than its own error (``docs/training/communication-overlap.md``)."""
     ctx = _ctx("h100", 8, pin)
     cand = reference.defaults(ctx, _Scorer(exposed), _first(({"ep": ep}, True)))
     assert cand.overlap is want

@@ -75,6 +75,7 @@ def test_beside_an_error_advice_on_knobs_the_planner_chose_is_left_out_but_advic
     # the user's own DeepEP across nodes is theirs: its warning stays beside the PP error
     errors, everything = _rules(tmp_path, "moe: {dispatcher: deepep}\nparallelism: {ep: 16, pp: 5}\n")
     assert "PAR001" in errors and "DSP006" in everything
-    # and without an error, the planner's own choices keep their advice (Moonlight on 16 nodes: DeepEP across them)
-    errors, everything = _rules(tmp_path, "", "moonlight-16b-a3b", 16)
+    # and without an error, the planner's own choices keep their advice (Moonlight with EP 16 on 16 nodes: the
+    # planner's DeepEP across two of them)
+    errors, everything = _rules(tmp_path, "parallelism: {ep: 16}\n", "moonlight-16b-a3b", 16)
     assert not errors and "DSP006" in everything

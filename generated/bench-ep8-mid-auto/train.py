@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-ep8-mid-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:744a65c472e6c064 input sha256:f169acdc8876deaf
+# mocompile: checksum sha256:8dddde679ce816bc input sha256:f169acdc8876deaf
 """bench-ep8-mid-auto: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 8x NVIDIA H100 80GB HBM3, goal throughput.
@@ -124,7 +124,7 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 2048  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.44 s/step, 123 TFLOPS/GPU, 28.4 GiB (of 143 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.441 s/step: the fastest plan found (TP1 PP1 EP8, deepep, overlap off, recompute none, graphs none) is predicted 0.419 s/step, 5.0% faster, inside the model's 16% error for a plan 1 knob away
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.44 s/step, 123 TFLOPS/GPU, 28.4 GiB (of 142 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.441 s/step: the fastest plan found (TP1 PP1 EP8, deepep, overlap off, recompute none, graphs none) is predicted 0.419 s/step, 5.0% faster, inside the model's 16% error for a plan 1 knob away
     model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.44 s/step; see tensor_model_parallel_size)
     model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.44 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)

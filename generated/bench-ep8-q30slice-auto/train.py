@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-ep8-q30slice-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:17c0ab69e1704c0d input sha256:c06862264633ed24
+# mocompile: checksum sha256:3675500b6f258eb7 input sha256:c06862264633ed24
 """bench-ep8-q30slice-auto: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-30B-A3B on 8x NVIDIA H100 80GB HBM3, goal throughput.
@@ -124,7 +124,7 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 4096  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.83 s/step, 142 TFLOPS/GPU, 43.8 GiB (of 130 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.827 s/step: the fastest plan found (TP1 PP1 EP8, deepep, overlap off, recompute none, graphs none) is predicted 0.801 s/step, 3.2% faster, inside the model's 16% error for a plan 1 knob away
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.83 s/step, 142 TFLOPS/GPU, 43.8 GiB (of 129 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.827 s/step: the fastest plan found (TP1 PP1 EP8, deepep, overlap off, recompute none, graphs none) is predicted 0.801 s/step, 3.2% faster, inside the model's 16% error for a plan 1 knob away
     model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.83 s/step; see tensor_model_parallel_size)
     model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.83 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)

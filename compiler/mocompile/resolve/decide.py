@@ -108,8 +108,9 @@ def plan(ctx: Context) -> None:
             head += f" (the step-time model does not cost {ctx.model.get('attention')} attention: measured recipe kept)"
     elif res.anchor is not None:
         lost = why_lost(res.anchor, w) if res.anchor.broken or not res.anchor.fits else "slower"
-        head += (f"; predicted {res.anchor.step - w.step:.2f} s/step faster than the shipped {res.anchor.anchor} "
-                 f"({res.anchor.step:.2f} s, {lost})")
+        gap = res.anchor.step - w.step  # the shipped recipe may be faster only where the pins break it or it does not fit
+        than = f"{abs(gap):.2f} s/step {'faster' if gap >= 0 else 'slower'}"
+        head += f"; predicted {than} than the shipped {res.anchor.anchor} ({res.anchor.step:.2f} s, {lost})"
     rejected = [(r.cand.label(), why_lost(r, w, res.reference)) for r in res.runners_up + res.excluded]
     part = f"part of the chosen plan ({est.step_s:.2f} s/step; see tensor_model_parallel_size)"
     effects = res.effects

@@ -10,10 +10,12 @@ is, in order of the evidence behind it:
 2. ``near``: the nearest shipped recipe otherwise (the same architecture at another GPU count,
    precision or GPU, else the nearest architecture), moved onto the nearest legal layout here and
    keeping its dispatcher, overlap, recompute and graph choices where this setting offers them;
-3. ``defaults``: Megatron-Bridge's documented defaults (its MoE performance guidance): the least
-   model parallelism that fits; alltoall while the EP group stays inside an NVLink domain, DeepEP
-   across nodes, HybridEP on multi-node NVLink (NVL72); EP overlap only when the exposed all-to-all
-   is a larger share of the step than the model's error; no delayed wgrad and no CUDA graphs; VPP
+3. ``defaults``: Megatron-Bridge's documented defaults (its MoE performance guidance): TP and the
+   expert group inside the NVLink domain, then the least model parallelism that fits without the
+   recompute the guidance keeps for last (``moe``, full), the largest expert group among those (EP
+   over TP for experts); alltoall while the EP group stays inside an NVLink domain, DeepEP
+   across nodes, HybridEP on multi-node NVLink (NVL72); EP overlap only for an all-to-all across
+   NVLink domains whose exposed share of the step is larger than the model's error; no delayed wgrad and no CUDA graphs; VPP
    with PP; the lightest recompute that fits (selective before full); CP only when it is needed to fit.
 """
 
@@ -199,24 +201,42 @@ def _settle(sc: Any, cand: Candidate, rungs_by_ov: dict[bool, list[Any]], label:
 
 
 def defaults(ctx: Context, sc: Any, first: list[Any]) -> Candidate | None:
-    """Bridge's documented defaults on the fitting layout with the least model parallelism (TP x PP x CP;
-    among equals, the one the model ranks first): the guidance's dispatcher for the EP group's span, no
-    delayed wgrad, no CUDA graphs, the lightest recompute that fits, and EP overlap only where the model
-    puts more of the step in exposed all-to-all than its own error."""
+    """Bridge's documented defaults (``docs/training/moe-optimization.md``: keep EP x TP inside the NVLink
+    domain, minimise model parallelism, prefer EP over TP for experts; the recompute skill: selective before
+    full, ``moe`` only when needed) on the fitting layout they describe: the layouts that fit without ``moe``
+    or full recompute where any does; among those, TP and the expert group (ETP x EP) each inside the NVLink
+    domain where any such layout fits (Megatron folds them into separate groups); then the least model
+    parallelism (TP x PP x CP), and among equals the largest expert group (fewest local experts), then the
+    one the model ranks first. On it: the guidance's dispatcher for the EP group's span, no delayed wgrad,
+    no CUDA graphs, the lightest recompute that fits, and EP overlap only where the all-to-all crosses NVLink
+    domains (``docs/training/communication-overlap.md``: most promising at larger EP with inter-node
+    all-to-all) and the model puts more of the step in exposed all-to-all than its own error."""
     from mocompile.resolve.search import _bools, _graph_options, trust_margin
 
     fitting = [s for s in first if s.fits]
     if not fitting:
         return None
-    lay = min(fitting, key=lambda s: s.cand.tp * s.cand.pp * s.cand.cp).cand  # ``first`` is ranked: ties keep rank
+    light = [s for s in fitting if _light(s.cand)] or fitting
+    nvl = ctx["nvlink_domain"]
+    domain = [s for s in light if s.cand.tp <= nvl and s.cand.ep * s.cand.etp <= nvl] or light
+    least = min(s.cand.tp * s.cand.pp * s.cand.cp for s in domain)
+    lay = max((s for s in domain if s.cand.tp * s.cand.pp * s.cand.cp == least),
+              key=lambda s: s.cand.ep * s.cand.etp).cand  # ``first`` is ranked: ties keep rank
     graphs = "none" if "none" in _graph_options(ctx) else _graph_options(ctx)[0]
     cand = replace(lay, dispatcher=default_dispatcher(ctx, lay.ep * lay.etp), overlap=_bools(ctx, ("moe", "overlap"), [False])[0],
                    delay_wgrad=_bools(ctx, ("moe", "delay_wgrad"), [False])[0], graphs=graphs, num_sms=None)
-    if not cand.overlap and True in _bools(ctx, ("moe", "overlap"), [False, True]) and lay.ep * lay.etp > 1:
+    if not cand.overlap and True in _bools(ctx, ("moe", "overlap"), [False, True]) and lay.ep * lay.etp > ctx["nvlink_domain"]:
         est = sc.score(cand).est
         if est.terms.get("a2a_exposed", 0.0) > trust_margin(ctx.model) * est.step_s:
             cand = replace(cand, overlap=True)
     return cand
+
+
+def _light(cand: Candidate) -> bool:
+    """Uses none of the recompute the guidance keeps for last: ``moe`` (it replays dispatch and combine) and
+    full recompute."""
+    gran, mods = cand.recompute[0], cand.recompute[1] or ()
+    return gran != "full" and "moe" not in mods
 
 
 def default_dispatcher(ctx: Context, group: int) -> str:
