@@ -109,10 +109,13 @@ def agreement(rows: list[dict[str, Any]], mode: str) -> tuple[list[str], list[di
     for a in rows:
         with withheld(withheld_for(a, mode)):
             got, planner, errors = planned(intent_text(a, optimizer=True))
-        if mode != "shipped" and got is not None:
-            with redirect_stdout(io.StringIO()):
-                regrets.append(shipped_regret(a, got, planner))
         want = shipped(a)
+        ship = None  # withheld modes: the shipped plan scored once, for the regret and the disagreement line
+        if mode != "shipped" and got is not None:
+            if got != want:
+                with redirect_stdout(io.StringIO()):
+                    ship = shipped_score(a)
+            regrets.append(shipped_regret(got, want, planner, ship))
         groups = [GROUP[a["precision"]]] + ([GROUP[a["precision"]] + " (Adam)"] if a.get("optimizer") == "adam" else [])
         for g in groups:
             stats[g]["n"] += 1
@@ -126,11 +129,8 @@ def agreement(rows: list[dict[str, Any]], mode: str) -> tuple[list[str], list[di
             stats[g]["all"] += all(same.values())
         if not all(same.values()):
             anchor = (planner or {}).get("anchor") or {}
-            if mode != "shipped":  # the reference is no shipped recipe here: score the shipped plan itself
-                ctx = context_for(intent_text(a, optimizer=True))
-                sc = search.Scorer(ctx)
-                ship = sc.score(search.anchor_candidate(ctx, a, pins=False))
-                anchor = {"step_time_s": ship.step, "fits": ship.fits, "broken": sc.check(ship)}
+            if ship is not None:  # the reference is no shipped recipe here: the shipped plan itself, scored
+                anchor = {"step_time_s": ship[0].step, "fits": ship[0].fits, "broken": ship[1]}
             disagreements.append({"recipe": a["recipe"], "fields": [f for f in FIELDS if not same[f]],
                                   "mocompile": got, "shipped": want,
                                   "pred_mocompile_s": (planner or {}).get("chosen", {}).get("step_time_s"),
@@ -154,15 +154,22 @@ def agreement(rows: list[dict[str, Any]], mode: str) -> tuple[list[str], list[di
     return lines, disagreements
 
 
-def shipped_regret(a: dict[str, Any], got: dict[str, Any], planner: dict[str, Any] | None) -> float | None:
-    """How much slower the model predicts the shipped plan than the plan it chose (0 where all four agree),
-    both scored by the same Scorer on the recipe's intent."""
-    if got == shipped(a):
+def shipped_score(a: dict[str, Any]) -> tuple[Any, list[str]]:
+    """The shipped plan scored by the planner's own Scorer on the recipe's intent, and the rules it breaks."""
+    ctx = context_for(intent_text(a, optimizer=True))
+    sc = search.Scorer(ctx)
+    ship = sc.score(search.anchor_candidate(ctx, a, pins=False))
+    return ship, sc.check(ship)
+
+
+def shipped_regret(got: dict[str, Any], want: dict[str, Any], planner: dict[str, Any] | None,
+                   ship: tuple[Any, list[str]] | None) -> float | None:
+    """How much slower the model predicts the shipped plan (``ship``, from ``shipped_score``) than the plan it
+    chose (0 where all four agree), both scored by the same Scorer on the recipe's intent."""
+    if got == want:
         return 0.0
     chosen = (planner or {}).get("chosen", {}).get("step_time_s")
-    ctx = context_for(intent_text(a, optimizer=True))
-    ship = search.Scorer(ctx).score(search.anchor_candidate(ctx, a, pins=False)).step
-    return None if not chosen else ship / chosen - 1
+    return None if not chosen or ship is None else ship[0].step / chosen - 1
 
 
 def weak_scaling(rows: list[dict[str, Any]], mode: str = "shipped") -> list[str]:

@@ -223,9 +223,10 @@ def defaults(ctx: Context, sc: Any, first: list[Any]) -> Candidate | None:
     lay = max((s for s in domain if s.cand.tp * s.cand.pp * s.cand.cp == least),
               key=lambda s: s.cand.ep * s.cand.etp).cand  # ``first`` is ranked: ties keep rank
     graphs = "none" if "none" in _graph_options(ctx) else _graph_options(ctx)[0]
-    cand = replace(lay, dispatcher=default_dispatcher(ctx, lay.ep * lay.etp), overlap=_bools(ctx, ("moe", "overlap"), [False])[0],
+    group = lay.ep * lay.etp
+    cand = replace(lay, dispatcher=default_dispatcher(ctx, group), overlap=_bools(ctx, ("moe", "overlap"), [False])[0],
                    delay_wgrad=_bools(ctx, ("moe", "delay_wgrad"), [False])[0], graphs=graphs, num_sms=None)
-    if not cand.overlap and True in _bools(ctx, ("moe", "overlap"), [False, True]) and lay.ep * lay.etp > ctx["nvlink_domain"]:
+    if not cand.overlap and True in _bools(ctx, ("moe", "overlap"), [False, True]) and group > nvl:
         est = sc.score(cand).est
         if est.terms.get("a2a_exposed", 0.0) > trust_margin(ctx.model) * est.step_s:
             cand = replace(cand, overlap=True)
