@@ -42,6 +42,22 @@ def _python(tmp_path: Path, env: dict | None = None) -> str:
     return str(path)
 
 
+def kernel_result(gemm_share: float = 0.72, a2a_gbps: float = 202.5, ranks: int = 2) -> dict:
+    """What train.py's kernel probe writes on an H100 node (989 TFLOP/s BF16, 450 GB/s NVLink): the reference
+    GEMM at ``gemm_share`` of the peak; all-to-all at 20 us + the bytes each rank sends to the others over
+    ``a2a_gbps``. Worked answer with the references 0.8 and 0.5: gemm_scale 0.72 / 0.8 = 0.9, a2a_scale
+    (202.5 / 450) / 0.5 = 0.9."""
+    n = 8192
+    us = 2.0 * n ** 3 / (gemm_share * 989e12) * 1e6
+    points = [{"bytes": b, "us": 20.0 + b * (ranks - 1) / ranks / (a2a_gbps * 1e9) * 1e6}
+              for b in (2 ** p for p in range(16, 29, 2))]
+    return {"device_name": "NVIDIA H100 80GB HBM3", "world": ranks, "per_node": ranks, "torch": "2.11.0",
+            "nccl": "2.27.3", "launch_us": 6.5,
+            "gemm": [{"what": "reference", "m": n, "n": n, "k": n, "us": us, "tflops": 2.0 * n ** 3 / us / 1e6},
+                     {"what": "expert fc1", "m": 512, "n": 1024, "k": 1024, "us": 9.0, "tflops": 119.3}],
+            "all_to_all": {"nccl_intra_node": points, "nccl_world": None}}
+
+
 def _settings(script: str) -> dict:
     lock = json.loads(Path(script).with_name("mocompile.lock.json").read_text())
     return {k: v["value"] for k, v in lock["settings"].items()}
@@ -109,12 +125,18 @@ def test_probe_runs_the_generated_launcher_of_a_compiled_probe_plan(tmp_path):
 
     def launcher(script, env, log, timeout):
         seen.append((script, _settings(script)))
-        _metrics(env["MOCOMPILE_METRICS"], 500.0)
+        if "MOCOMPILE_PROBE_KERNELS" in env:  # train.py measures kernels instead of training
+            Path(env["MOCOMPILE_PROBE_KERNELS"]).write_text(json.dumps(kernel_result()))
+        else:
+            _metrics(env["MOCOMPILE_METRICS"], 500.0)
         return 0
 
     rep = probe.probe(str(root / "clusters" / "c.yaml"), "h100", 2, repeats=2, launcher=launcher, quiet=True,
                       python=_python(tmp_path))
-    assert len(seen) == 2 and all(s.endswith("generated/mocompile-probe/torchrun.sh") for s, _ in seen)
+    # two timed runs, then the same launcher once more for the kernels: all through the generated torchrun.sh
+    assert len(seen) == 3 and all(s.endswith("generated/mocompile-probe/torchrun.sh") for s, _ in seen)
+    assert rep["kernels"]["gemm_scale"] == pytest.approx(0.9) and rep["kernels"]["a2a_scale"] == pytest.approx(0.9)
+    assert rep["not_measured"] == ["all_to_all_across_nodes", "deepep_hybridep_all_to_all"]
     s = seen[0][1]
     assert (s["expert_model_parallel_size"], s["moe_token_dispatcher_type"], s["cuda_graph_impl"]) == (2, "alltoall", "none")
     assert rep["measured_ms"] == 500.0 and 0.1 <= rep["host_factor"] <= 100

@@ -4,7 +4,8 @@
 # Environment: RECIPE (default recipes/bench/bench-te-mid2-auto.yaml, 2 GPUs), GPUS (2), PROFILE.
 #   setup     TE from .te/ (te.sh), the Megatron wheel set (prepare_host.sh), mocompile's own four
 #             dependencies from .mcdeps/ into /tmp/mcdeps; skipped when /tmp/site already has them
-#   probe     mocompile probe -> $PROFILE (copied to $OUT)
+#   probe     mocompile probe -> $PROFILE (copied to $OUT), its kernel probe included
+#   kernels   the kernel probe (MOCOMPILE_PROBE_KERNELS) at RECIPE's shapes through its torchrun launcher
 #   ab:N      round N of the diagnose A/B: RECIPE's plan as compiled (traced, iterations 26-28),
 #             `mocompile diagnose` on that run, then the change it ranks first compiled and run; both
 #             timed on iterations 6-24 (the profiled ones left out of both)
@@ -60,7 +61,7 @@ for phase in "$@"; do
         --format json > "${OUT}/probe.json"
       say "probe rc=$?"; head -40 "${OUT}/probe.json"
       cp "${PROFILE}" "${OUT}/" 2>/dev/null
-      mkdir -p "${OUT}/probe-runs"; cp .mocompile/probe/runs/*.jsonl "${OUT}/probe-runs/" 2>/dev/null
+      mkdir -p "${OUT}/probe-runs"; cp .mocompile/probe/runs/*.jsonl .mocompile/probe/runs/kernels.* "${OUT}/probe-runs/" 2>/dev/null
       tail -5 .mocompile/probe/runs/probe-1.log 2>/dev/null
       ;;
     ab:*)
@@ -85,6 +86,13 @@ for phase in "$@"; do
       mkdir -p "${OUT}/ab"
       for d in /tmp/ab/*-"${n}"; do cp "${d}/metrics.jsonl" "${OUT}/ab/$(basename "${d}").jsonl" 2>/dev/null; done
       cp /tmp/ab/auto-"${n}"/log.txt "${OUT}/ab/auto-${n}.log" 2>/dev/null
+      ;;
+    kernels)
+      # the kernel probe at RECIPE's own shapes, through its generated launcher (train.py measures, no training)
+      mc compile "${RECIPE}" -o generated --force > /dev/null
+      (MOCOMPILE_PROBE_KERNELS="${OUT}/kernels-${NAME}.json" MASTER_PORT=$((29500 + RANDOM % 500)) \
+        timeout 300 bash "generated/${NAME}/torchrun.sh" > "${OUT}/kernels-${NAME}.log" 2>&1)
+      say "kernels rc=$?"; cat "${OUT}/kernels-${NAME}.json" 2>/dev/null || tail -20 "${OUT}/kernels-${NAME}.log"
       ;;
     grid)
       # the mid TE model's plans with the probed profile, round-robin until GRID_END s into this call

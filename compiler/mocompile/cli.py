@@ -107,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--python", default="python3", help="the Python the launcher runs (default python3)")
     p.add_argument("--work", default=None, help="where the probe compiles and logs (default .mocompile/probe)")
     p.add_argument("--from-runs", default=None, help="fit from a probe's recorded metrics in this folder; run nothing")
+    p.add_argument("--no-kernels", action="store_true", help="skip the kernel probe (GEMMs, launch time, "
+                                                             "all-to-all): the model's reference kernels stay")
     _common(p, ("auto", "text", "json"))
     p = sub.add_parser("tune", help="run the plans the model cannot tell apart; keep the measured fastest")
     p.add_argument("recipe")

@@ -10,6 +10,10 @@ relative to the file that names it, inside the project)::
     name: lent-h100x4
     host_factor: 5.18        # host (CPU launch) time relative to a DGX node
     source: "how it was measured"
+    kernels:                 # written by `mocompile probe` (mocompile.kernels); null: not applied
+      gemm_scale: 0.98       # BF16 GEMM speed relative to a reference Hopper SXM GPU
+      a2a_scale: 1.01        # NCCL all-to-all throughput inside a node, same reference
+      a2a_latency_us: 35.0   # per NCCL all-to-all call inside a node
 
 Absent a profile, the DGX defaults apply (``host_factor`` 1). The lock records the profile's path,
 its hash and the values the plan used. A profile is read like a recipe: untrusted, size- and
@@ -29,7 +33,9 @@ KEYS = {"schema": "format version (1)", "name": "a name for the cluster",
         "host_factor": "host (CPU launch) time relative to a DGX node, 0.1-100",
         "source": "how the values were measured",
         "measured": "measured step times of plans run there (`mocompile tune` adds them)",
-        "probe": "what `mocompile probe` ran and found there (imports, runs, what it did not measure)"}
+        "probe": "what `mocompile probe` ran and found there (imports, runs, what it did not measure)",
+        "kernels": "the kernel probe's GEMM and all-to-all measurements and the scales the model applies"}
+KERNEL_SCALES = {"gemm_scale": (0.1, 2.0), "a2a_scale": (0.1, 2.0), "a2a_latency_us": (0.1, 100000.0)}
 HOST_FACTOR = (0.1, 100.0)
 
 
@@ -78,6 +84,20 @@ def read(doc: Document) -> None:
         if key in data and not isinstance(data[key], kind):
             problems.append(Diagnostic("INPUT", "error", f"`{key}` must be {what}", positions[(key,)],
                                        f"`{key}` is written by `mocompile {'tune' if key == 'measured' else 'probe'}`"))
+    kern = data.get("kernels")
+    if kern is not None and not isinstance(kern, dict):
+        problems.append(Diagnostic("INPUT", "error", "`kernels` must be a mapping", positions[("kernels",)],
+                                   "`kernels` is written by `mocompile probe`"))
+        kern = None
+    scales: dict[str, float | None] = {}
+    for key, (lo, hi) in KERNEL_SCALES.items():
+        v = (kern or {}).get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi):
+            problems.append(Diagnostic("INPUT", "error", f"`kernels.{key}` must be null or a number from {lo:g} to "
+                                       f"{hi:g} (got {v!r})", positions.get(("kernels", key), positions[("kernels",)]),
+                                       "written by `mocompile probe`; rerun it"))
+            v = None
+        scales[key] = float(v) if v is not None else None
     for key in ("name", "source"):
         if key in data and not isinstance(data[key], str):
             problems.append(Diagnostic("INPUT", "error", f"`{key}` must be text", positions[(key,)]))
@@ -87,6 +107,7 @@ def read(doc: Document) -> None:
     doc.files.insert(0, full)  # hashed like a base file: a changed profile makes generated files stale
     doc.cluster = {"path": path, "file": full, "sha256": hashlib.sha256(text.encode()).hexdigest()[:16],
                    "name": data.get("name"), "source": data.get("source"), "host_factor": float(factor),
+                   "kernels": scales,
                    "missing": [str(m) for m in (data.get("probe") or {}).get("missing") or []],
                    # what `mocompile tune` measured there for this recipe (its name): explain and the lock say it
                    "measured": [{k: e.get(k) for k in ("plan", "median_ms", "runs", "spread", "predicted_ms")}
@@ -99,6 +120,13 @@ def apply(hw: dict[str, Any], doc: Document) -> dict[str, Any]:
     profile = getattr(doc, "cluster", None)
     if profile:
         hw["host_factor"] = profile["host_factor"]
-        hw["cluster"] = {k: profile[k] for k in ("path", "sha256", "name", "source", "host_factor", "missing",
-                                                  "measured")}
+        k = profile.get("kernels") or {}
+        if k.get("gemm_scale") is not None:
+            hw["gemm_scale"] = k["gemm_scale"]
+        if k.get("a2a_scale") is not None:
+            hw["a2a_scale"] = k["a2a_scale"]
+            if k.get("a2a_latency_us") is not None:
+                hw["a2a_latency_s"] = k["a2a_latency_us"] * 1e-6
+        hw["cluster"] = {k: profile[k] for k in ("path", "sha256", "name", "source", "host_factor", "kernels",
+                                                  "missing", "measured")}
     return hw

@@ -440,7 +440,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         raise UsageError("--gpus-per-node must be at least 1")
     return _measured_report(args, lambda: probe.probe(
         args.output, args.gpu, args.gpus_per_node, args.name, args.repeats, args.iterations, args.python, args.work,
-        args.from_runs, quiet=_fmtname(args) == "json"), probe.text)
+        args.from_runs, quiet=_fmtname(args) == "json", kernel_probe=not args.no_kernels), probe.text)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:

@@ -10,9 +10,13 @@ absolute step times, and which plans are host-bound, differ. ``probe``:
    runs its generated torchrun launcher a few times with MOCOMPILE_METRICS;
 3. fits ``host_factor``: the value at which the step-time model predicts the measured median for
    that very plan (the model is monotone in it; bisection on a log scale);
-4. writes the profile (``clusters/<name>.yaml``) atomically: ``host_factor``, what imported, the probe
-   runs with their spread, and which of the model's inputs it did NOT measure (GEMM efficiency,
-   all-to-all bandwidth: the DGX defaults stay).
+4. runs the same launcher once more with ``MOCOMPILE_PROBE_KERNELS``: ``train.py`` then measures BF16
+   GEMMs at the plan's shapes, the host's launch time of a tiny kernel and NCCL all-to-all inside the
+   node, instead of training (``mocompile.kernels`` says what the model takes from them);
+5. writes the profile (``clusters/<name>.yaml``) atomically: ``host_factor``, what imported, the probe
+   runs with their spread, the kernel measurements with the scales the model applies, and which of
+   the model's inputs it did NOT measure (all-to-all across nodes on one node, the flex dispatchers'
+   own kernels: the DGX defaults stay for them).
 
 ``--from-runs DIR`` fits from a probe's recorded metrics instead of running (the CPU tests use it).
 """
@@ -29,13 +33,13 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
-from mocompile import measure
+from mocompile import kernels, measure
 from mocompile.cluster import HOST_FACTOR
 from mocompile.errors import UsageError
 
 PROBE_NAME = "mocompile-probe"
 ITERATIONS = 25
-NOT_MEASURED = ("gemm_efficiency", "all_to_all_bandwidth")  # the model's DGX defaults stay for these
+NOT_MEASURED_ALWAYS = ("deepep_hybridep_all_to_all",)  # the flex kernels: the model's defaults stay
 
 # What the target's Python reports; run there (never imported here: mocompile needs no torch).
 ENV_SCRIPT = r"""
@@ -107,25 +111,29 @@ def intent(gpu: str, gpus_per_node: int, te: str | None, iterations: int = ITERA
     }
 
 
-def _profile_text(host_factor: float) -> str:
-    return f"schema: 1\nname: {PROBE_NAME}-trial\nhost_factor: {host_factor!r}\n"
+def _profile_text(host_factor: float, kern: dict[str, Any] | None = None) -> str:
+    scales = {k: (kern or {}).get(k) for k in ("gemm_scale", "a2a_scale", "a2a_latency_us")}
+    return (f"schema: 1\nname: {PROBE_NAME}-trial\nhost_factor: {host_factor!r}\n"
+            f"kernels: {json.dumps(scales)}\n")
 
 
-def trial_set(work: str, recipe: str, host_factor: float) -> str:
-    """Write a trial profile with ``host_factor`` in ``work`` (inside the project) and return the ``--set``
-    that makes ``recipe`` use it."""
+def trial_set(work: str, recipe: str, host_factor: float, kern: dict[str, Any] | None = None) -> str:
+    """Write a trial profile with ``host_factor`` (and the kernel probe's scales) in ``work`` (inside the
+    project) and return the ``--set`` that makes ``recipe`` use it."""
     os.makedirs(work, exist_ok=True)
     trial = os.path.join(work, "trial-cluster.yaml")
-    measure.write_text_atomic(trial, _profile_text(host_factor))
+    measure.write_text_atomic(trial, _profile_text(host_factor, kern))
     return f"hardware.cluster={os.path.relpath(trial, os.path.dirname(os.path.abspath(recipe)))}"
 
 
-def predictor(work: str, recipe: str, sets: list[str] | None = None) -> Callable[[float], float]:
-    """Predicted step (s) of ``recipe`` (with ``sets``: pin its plan) for a given ``host_factor``."""
+def predictor(work: str, recipe: str, sets: list[str] | None = None,
+              kern: dict[str, Any] | None = None) -> Callable[[float], float]:
+    """Predicted step (s) of ``recipe`` (with ``sets``: pin its plan) for a given ``host_factor`` (and the
+    kernel probe's scales, which the fit holds fixed)."""
     from mocompile.pipeline import analyse
 
     def predict(h: float) -> float:
-        res = analyse(recipe, list(sets or []) + [trial_set(work, recipe, h)])
+        res = analyse(recipe, list(sets or []) + [trial_set(work, recipe, h, kern)])
         if res.errors or res.plan is None:
             raise UsageError(f"{recipe} does not compile here: " +
                              "; ".join(f"{d.rule}: {d.message}" for d in res.errors))
@@ -153,8 +161,92 @@ def fit_host_factor(measured_s: float, predict: Callable[[float], float]) -> tup
     return round(math.exp((a + b) / 2), 3), ""
 
 
+def kernel_section(result: dict[str, Any] | None, gpu: str, note: str = "") -> dict[str, Any]:
+    """The profile's ``kernels`` entry from the kernel probe's JSON (None: it did not run): the raw
+    measurements, their fits, and the two scales the step-time model applies (``mocompile.kernels``),
+    each None with the reason where it cannot be derived, never guessed."""
+    from mocompile.catalogue import gpus
+    from mocompile.steptime import constants
+
+    hw = gpus()[gpu]
+    c = constants()
+    if not result:
+        return {"measured": False, "why": note or "the kernel probe wrote nothing", "gemm_scale": None,
+                "a2a_scale": None, "a2a_latency_us": None}
+    gemm = [{k: (round(float(g[k]), 1) if k in ("us", "tflops") else g[k]) for k in ("what", "m", "n", "k", "us", "tflops")
+             if k in g} for g in result.get("gemm") or [] if isinstance(g, dict)]
+    share = kernels.reference_share({"gemm": gemm}, float(hw["bf16_dense_tflops"]))
+    a2a_points = (result.get("all_to_all") or {}).get("nccl_intra_node") or []
+    world_points = (result.get("all_to_all") or {}).get("nccl_world") or []
+    intra = kernels.fit_a2a(a2a_points, int(result.get("per_node") or 1))
+    across = kernels.fit_a2a(world_points, int(result.get("world") or 1))
+    same_arch = hw.get("arch") == kernels.REFERENCE_ARCH
+    why: list[str] = []
+    gemm_scale = a2a_scale = None
+    if share is None:
+        why.append("the reference GEMM was not measured")
+    elif not same_arch:
+        why.append(f"no reference measurement for {hw.get('arch')} GPUs: the GEMM share is recorded, not applied")
+    else:
+        gemm_scale = round(kernels.clamp(share / c["probe_reference_gemm_share"]), 3)
+    a2a_share = intra["gbps"] / float(hw["nvlink_gbps"]) if intra else None
+    if a2a_share is None:
+        why.append("no all-to-all inside a node (one GPU per node, or too few points)")
+    elif not same_arch:
+        why.append(f"no reference all-to-all for {hw.get('arch')} GPUs: recorded, not applied")
+    else:
+        a2a_scale = round(kernels.clamp(a2a_share / c["probe_reference_a2a_share"]), 3)
+    return {"measured": True, "device_name": result.get("device_name"), "torch": result.get("torch"),
+            "nccl": result.get("nccl"), "gemm": gemm,
+            "gemm_share": round(share, 4) if share is not None else None,
+            "launch_us": round(float(result["launch_us"]), 2) if isinstance(result.get("launch_us"), (int, float)) else None,
+            "all_to_all": {"nccl_intra_node": intra, "nccl_world": across},
+            "a2a_share": round(a2a_share, 4) if a2a_share is not None else None,
+            "gemm_scale": gemm_scale, "a2a_scale": a2a_scale,
+            "a2a_latency_us": intra["latency_us"] if intra and a2a_scale is not None else None,
+            "why": "; ".join(why)}
+
+
+def run_kernels(gen_dir: str, work: str, launcher: measure.Launcher, timeout: float = 600.0) -> tuple[dict[str, Any] | None, str]:
+    """The generated launcher once with MOCOMPILE_PROBE_KERNELS (``train.py`` measures instead of training);
+    the JSON it wrote, or None and why."""
+    out = os.path.join(work, "kernels.json")
+    if os.path.exists(out):
+        os.remove(out)
+    log = os.path.join(work, "kernels.log")
+    rc = launcher(os.path.join(gen_dir, "torchrun.sh"),
+                  {"MOCOMPILE_PROBE_KERNELS": os.path.abspath(out), "MASTER_PORT": str(measure.free_port())},
+                  log, timeout)
+    return read_kernels(out, f"rc {rc}, see {log}")
+
+
+def read_kernels(path: str, context: str = "") -> tuple[dict[str, Any] | None, str]:
+    """A kernel probe's JSON, or None and why (missing, not JSON, not an object)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        return None, f"the kernel probe wrote no {os.path.basename(path)}" + (f" ({context})" if context else "")
+    except ValueError as exc:
+        return None, f"{path} is not JSON: {exc}"
+    if not isinstance(data, dict):
+        return None, f"{path} holds no JSON object"
+    return data, ""
+
+
+def not_measured(kern: dict[str, Any]) -> list[str]:
+    """The model's inputs this probe left at their defaults."""
+    out = [] if kern.get("gemm_scale") is not None else ["gemm_efficiency"]
+    if kern.get("a2a_scale") is None:
+        out.append("all_to_all_inside_nodes")
+    if not (kern.get("all_to_all") or {}).get("nccl_world"):
+        out.append("all_to_all_across_nodes")
+    return out + list(NOT_MEASURED_ALWAYS)
+
+
 def profile_yaml(name: str, host_factor: float, env: dict[str, Any], runs: list[dict[str, Any]],
-                 predicted_dgx_ms: float, note: str, gpu: str, gpus_per_node: int) -> str:
+                 predicted_dgx_ms: float, note: str, gpu: str, gpus_per_node: int,
+                 kern: dict[str, Any] | None = None) -> str:
     """The profile file. Every string goes out JSON-quoted (a valid YAML scalar): the device name and
     versions come from the target machine."""
     q = json.dumps
@@ -179,7 +271,8 @@ def profile_yaml(name: str, host_factor: float, env: dict[str, Any], runs: list[
         lines.append(f"    {k}: {q(env.get(k))}")
     lines.append(f"    hybrid_ep: {q(bool(env.get('hybrid_ep')))}")
     lines.append(f"  missing: {q(env.get('missing', []))}")
-    lines.append(f"  not_measured: {q(list(NOT_MEASURED))}")
+    kern = kern or kernel_section(None, gpu, "not run")
+    lines.append(f"  not_measured: {q(not_measured(kern))}")
     lines.append(f"  plan: {q(PROBE_NAME)}")
     lines.append(f"  predicted_dgx_ms: {round(predicted_dgx_ms, 1)}")
     lines.append(f"  median_ms: {round(statistics.median(medians), 1) if medians else 'null'}")
@@ -187,13 +280,22 @@ def profile_yaml(name: str, host_factor: float, env: dict[str, Any], runs: list[
     lines.append("  runs:")
     for r in runs:
         lines.append(f"    - {q(r)}")
+    lines.append("# The kernel probe (train.py under MOCOMPILE_PROBE_KERNELS): the model applies gemm_scale and a2a_scale")
+    lines.append("# (ratios to the same measurement on a reference Hopper SXM GPU; null: not applied, `why` says why).")
+    lines.append("kernels:")
+    for k, v in kern.items():
+        if k == "gemm":
+            lines.append("  gemm:")
+            lines.extend(f"    - {q(g)}" for g in v)
+        else:
+            lines.append(f"  {k}: {q(v)}")
     return "\n".join(lines) + "\n"
 
 
 def probe(output: str, gpu: str, gpus_per_node: int, name: str | None = None, repeats: int = 3,
           iterations: int = ITERATIONS, python: str = "python3", work: str | None = None,
           from_runs: str | None = None, launcher: measure.Launcher = measure.run_launcher,
-          quiet: bool = False) -> dict[str, Any]:
+          quiet: bool = False, kernel_probe: bool = True) -> dict[str, Any]:
     """Run (or read) the probe, fit, write the profile; returns the report (text and JSON print it)."""
     from mocompile.emit.writer import write_outputs
     from mocompile.pipeline import compile_recipe
@@ -245,17 +347,29 @@ def probe(output: str, gpu: str, gpus_per_node: int, name: str | None = None, re
     if not medians:
         where = f"in {from_runs}" if from_runs is not None else f"(see {os.path.join(work, 'runs', 'probe-1.log')})"
         raise UsageError(f"no probe run produced step times {where}; the profile was not written")
-    predict = predictor(work, recipe)
+    if from_runs is not None:
+        result, why = read_kernels(os.path.join(from_runs, "kernels.json"))
+    elif kernel_probe:
+        bar = measure.Progress(1, "probe", quiet)
+        bar.step("kernels: GEMMs at the plan's shapes, launch time, all-to-all")
+        result, why = run_kernels(os.path.join(gen, PROBE_NAME), os.path.join(work, "runs"), launcher)
+        bar.advance("kernels: " + ("measured" if result else why))
+        bar.close()
+    else:
+        result, why = None, "--no-kernels"
+    kern = kernel_section(result, gpu, why)
+    predict = predictor(work, recipe, kern=kern)
     measured_s = statistics.median(medians) / 1000.0
     factor, note = fit_host_factor(measured_s, predict)
-    dgx = predict(1.0) * 1000.0
+    dgx = predictor(work, recipe)(1.0) * 1000.0  # a DGX-class host with the reference kernels
     text = profile_yaml(name or os.path.splitext(os.path.basename(output))[0], factor, env, runs, dgx, note,
-                        gpu, gpus_per_node)
+                        gpu, gpus_per_node, kern)
     os.makedirs(os.path.dirname(os.path.abspath(output)) or ".", exist_ok=True)
     measure.write_text_atomic(output, text)
     return {"profile": output, "host_factor": factor, "note": note, "measured_ms": round(measured_s * 1e3, 1),
             "spread": round(measure.spread(medians), 3), "predicted_dgx_ms": round(dgx, 1), "runs": runs,
-            "environment": {k: v for k, v in env.items() if k != "error"}, "not_measured": list(NOT_MEASURED)}
+            "environment": {k: v for k, v in env.items() if k != "error"}, "kernels": kern,
+            "not_measured": not_measured(kern)}
 
 
 def _recorded_env(folder: str) -> dict[str, Any]:
@@ -284,6 +398,18 @@ def text(report: dict[str, Any]) -> str:
                                          ("torch", "transformer_engine", "deep_ep", "megatron_core", "megatron_bridge")))
     if env.get("missing"):
         lines.append("missing: " + ", ".join(visible(m) for m in env["missing"]))
+    k = report.get("kernels") or {}
+    if k.get("measured"):
+        intra = (k.get("all_to_all") or {}).get("nccl_intra_node") or {}
+        share = f"{k['gemm_share']:.0%} of the BF16 peak" if k.get("gemm_share") else "not measured"
+        lines.append(f"kernels: reference GEMM {share}"
+                     + (f" (gemm_scale {k['gemm_scale']})" if k.get("gemm_scale") is not None else "")
+                     + (f"; NCCL all-to-all in a node {intra['gbps']:.0f} GB/s per GPU, {intra['latency_us']:.0f} us"
+                        if intra else "")
+                     + (f" (a2a_scale {k['a2a_scale']})" if k.get("a2a_scale") is not None else "")
+                     + (f"; host launch {k['launch_us']:.1f} us per kernel" if k.get("launch_us") else ""))
+    if k.get("why"):
+        lines.append(f"kernels: {visible(k['why'])}")
     lines.append("not measured (DGX defaults kept): " + ", ".join(report["not_measured"]))
     lines.append(f"use it: hardware: {{cluster: {visible(report['profile'])}}} in an intent")
     return "\n".join(lines)

@@ -257,6 +257,9 @@ def a2a_seconds(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, tokens: 
         nvl_copies = k * (local - 1) / group
         net_copies = k * (group - local) / group
         latency = c["nccl_latency_s"]
+        if hw.get("a2a_scale"):  # a cluster profile's kernel probe measured NCCL all-to-all inside its nodes
+            eff_nvl *= float(hw["a2a_scale"])
+            latency = float(hw.get("a2a_latency_s", latency))
         if cand.dispatcher == "allgather":  # every rank receives every token of the EP group
             nvl_copies, net_copies = float(local - 1), float(group - local)
     nvl = tokens * nvl_copies * token_bytes * imbalance / (hw["nvlink_gbps"] * 1e9 * eff_nvl)
@@ -320,6 +323,8 @@ class StepModel:
             peak_bf16 *= c["blackwell_efficiency"]
             if _cc(hw) == "10.3":  # Blackwell Ultra (B300/GB300)
                 peak_bf16 *= c["blackwell_ultra_gain"]
+        # a cluster profile's kernel probe: this cluster's GEMM speed relative to a reference Hopper SXM GPU
+        peak_bf16 *= float(hw.get("gemm_scale") or 1.0)
         self.peak_bf16 = peak_bf16                      # the attention core's, unless FP8 attention is on
         self.peak = peak_bf16 * (c["fp8_gain"] if self.fp8 else 1.0)
         self.imbalance = 1.0 if batch.force_balance else c["natural_imbalance"]

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-30b-a3b-h100x8-fit.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:3c1ea35b229e6d69 input sha256:9f88ae4b995acb74
+# mocompile: checksum sha256:1d5c63a80caaf316 input sha256:9f88ae4b995acb74
 """qwen3-30b-a3b-h100x8-fit: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-30B-A3B on 8x NVIDIA H100 80GB HBM3, goal fit.
@@ -175,7 +175,82 @@ def step_metrics_callback(path: str):
     return StepMetrics()
 
 
+def probe_kernels(path: str) -> None:
+    """MOCOMPILE_PROBE_KERNELS=<file>: measure instead of training (`mocompile probe` runs this through the
+    launcher). BF16 GEMMs at this plan's shapes, the host's launch time for a tiny kernel, and NCCL
+    all-to-all over the ranks of each node and, across nodes, over all ranks; rank 0 writes one JSON object."""
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    dev = torch.device("cuda", local)
+
+    def timed(fn, reps: int, warm: int) -> float:
+        for _ in range(warm):
+            fn()
+        torch.cuda.synchronize()
+        marks = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+        for start, end in marks:
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        return statistics.median(start.elapsed_time(end) for start, end in marks) * 1e3  # microseconds
+
+    gemm = []
+    for what, m, n, k in [('reference', 8192, 8192, 8192), ('attention qkv', 16384, 640, 2048), ('expert fc1', 1024, 1536, 2048), ('expert fc2', 1024, 2048, 768)]:
+        a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+        b = torch.randn(k, n, device=dev, dtype=torch.bfloat16)
+        us = timed(lambda: a @ b, reps=20, warm=5)
+        gemm.append({"what": what, "m": m, "n": n, "k": k, "us": us, "tflops": 2.0 * m * n * k / us / 1e6})
+        del a, b
+    x = torch.zeros(16, device=dev)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(2000):
+        x.add_(1.0)
+    launch_us = (time.perf_counter() - t0) / 2000 * 1e6
+    torch.cuda.synchronize()
+
+    def all_to_all(group, ranks: int) -> list:
+        points = []
+        for size in [65536, 262144, 1048576, 4194304, 16777216, 67108864, 268435456]:
+            send = torch.ones(size // 2, device=dev, dtype=torch.bfloat16)
+            recv = torch.empty_like(send)
+            dist.barrier()
+            us = timed(lambda: dist.all_to_all_single(recv, send, group=group), reps=10, warm=3)
+            slowest = torch.tensor([us], device=dev)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            points.append({"bytes": size, "us": float(slowest.item())})
+        return points
+
+    intra = None
+    nodes = world // per_node
+    groups = [dist.new_group(list(range(i * per_node, (i + 1) * per_node))) for i in range(nodes)]
+    if per_node > 1:
+        intra = all_to_all(groups[rank // per_node], per_node)
+    inter = all_to_all(None, world) if nodes > 1 else None
+    if rank == 0:
+        out = {"device_name": torch.cuda.get_device_name(dev), "world": world, "per_node": per_node,
+               "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+               "gemm": gemm, "launch_us": launch_us, "all_to_all": {"nccl_intra_node": intra, "nccl_world": inter}}
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(out) + "\n")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def main() -> None:
+    probe = os.environ.get("MOCOMPILE_PROBE_KERNELS")
+    if probe:
+        probe_kernels(probe)
+        return
     # Training-only imports stay here so that build_config() imports on any machine.
     from megatron.bridge.training.gpt_step import forward_step
     from megatron.bridge.training.pretrain import pretrain

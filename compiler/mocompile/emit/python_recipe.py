@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from mocompile import kernels
 from mocompile.ir import Decision, Plan
+
+KERNEL_SETTINGS = ("tensor_model_parallel_size", "context_parallel_size", "expert_model_parallel_size",
+                   "expert_tensor_parallel_size", "seq_length", "micro_batch_size")
 
 MIXED_PRECISION = {
     "bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp32": None,
@@ -194,4 +198,8 @@ def context(plan: Plan, source: str) -> dict[str, Any]:
         "warmup": max(1, min(500, iters // 10)),
         "env_vars": {k: str(d.value) for k, d in sorted(plan.env.items())},
         "io": training_io(plan),
+        # MOCOMPILE_PROBE_KERNELS (mocompile probe): this plan's GEMM shapes and the all-to-all message sizes
+        "kernel_gemms": [(g["what"], g["m"], g["n"], g["k"])
+                         for g in kernels.gemm_shapes(m, {f: plan[f] for f in KERNEL_SETTINGS})],
+        "kernel_a2a_bytes": list(kernels.A2A_BYTES),
     }
