@@ -66,7 +66,9 @@ def test_all_to_all_fit_needs_two_large_messages_and_a_positive_slope():
 
 
 def test_scales_are_ratios_to_the_reference_and_only_for_its_architecture():
-    k = probe.kernel_section(kernel_result(gemm_share=0.8, a2a_gbps=225.0), "h100")
+    c = steptime.constants()
+    k = probe.kernel_section(kernel_result(gemm_share=c["probe_reference_gemm_share"],
+                                           a2a_gbps=c["probe_reference_a2a_share"] * 450), "h100")
     assert (k["gemm_scale"], k["a2a_scale"]) == (1.0, 1.0)       # a reference-healthy Hopper node: no change
     assert k["a2a_latency_us"] == k["all_to_all"]["nccl_intra_node"]["latency_us"]
     b = probe.kernel_section(kernel_result(), "b200")

@@ -20,11 +20,11 @@ TE_ARP = ["qwen3_30b_a3b_pretrain_8gpu_b200_bf16_config", "qwen3_30b_a3b_pretrai
 TE_RP = ["qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config"]
 
 
-def shipped(tmp_path, recipe: str):
+def shipped(tmp_path, recipe: str, sets: list[str] | None = None):
     """The intent `mocompile init --from <recipe>` writes: every knob pinned to the shipped recipe."""
     path = tmp_path / f"{recipe}.yaml"
     path.write_text(init.intent_text(init.find(recipe), benchmark=True))
-    return analyse(str(path))
+    return analyse(str(path), sets or [])
 
 
 @pytest.mark.parametrize("recipe", TE_ARP + TE_RP)
@@ -72,6 +72,10 @@ def test_the_measured_error_is_the_largest_error_on_the_measured_peaks():
 DSV3_FIT = "schema: 1\nmodel: deepseek-v3\nhardware: {gpu: h100, nodes: NODES}\ngoal: fit\n"
 
 
+# Adam's memory levers closed: these tests pin the fp32-state boundary (tests/test_optimizer_levers.py has the ladder)
+CLOSED = ["training.optimizer_state=fp32", "training.optimizer_offload=0"]
+
+
 def dsv3_fit(tmp_path, nodes: int):
     path = tmp_path / f"dsv3-{nodes}.yaml"
     path.write_text(DSV3_FIT.replace("NODES", str(nodes)))
@@ -93,13 +97,16 @@ def test_fit_one_node_fewer_is_refused_and_names_the_smallest_count(tmp_path):
     """On 20 nodes the best plan needs 78.69 GiB: 98 % of the GPU, over the 73.6 GiB the planner allows itself.
     `fit` used to exit 0 with it (MEM001 fired only over 100 %) and named 256 GPUs (doublings)."""
     path = dsv3_fit(tmp_path, 20)
-    r = analyse(str(path))
+    r = analyse(str(path), CLOSED)
     [d] = mem(r)
     assert d.severity == "error"
     assert d.message.startswith("estimated peak 78.69 GiB per GPU exceeds the 73.6 GiB a plan may fill on NVIDIA H100")
     assert "(92% of its 80 GiB: the planner's headroom)" in d.message
     assert d.message.endswith("the smallest GPU count (whole nodes of 8) with a layout that fits is 168")
-    assert run_cli("lint", str(path)).returncode == 1
+    assert run_cli("lint", str(path), *[a for c in CLOSED for a in ("--set", c)]).returncode == 1
+    # with the levers left auto, the 20 nodes fit on a rung of Adam's memory ladder
+    free = analyse(str(path))
+    assert not mem(free) and (free.plan["optimizer_state"] != "fp32" or free.plan["optimizer_offload_fraction"] > 0)
 
 
 def pinned(p) -> list[str]:
@@ -123,7 +130,7 @@ def test_fit_exactly_at_the_headroom_compiles_and_a_hundredth_below_is_refused(t
     is emitted with the headroom exactly at its estimate, and refused with the headroom 0.01 GiB under it."""
     path = dsv3_fit(tmp_path, 21)
     p = analyse(str(path)).plan
-    est, sets = p["memory_estimate_gib"], pinned(p)
+    est, sets = p["memory_estimate_gib"], pinned(p) + CLOSED
     monkeypatch.setattr(memory, "limits", lambda: {"headroom": (est - below) / 80, "measured_error": 0.074})
     assert memory.usable_gib(80) == round(est - below, 2)
     r = analyse(str(path), sets)
@@ -164,7 +171,7 @@ def test_a_shipped_recipe_is_refused_only_beyond_the_measured_error(tmp_path, mo
     est = QWEN_B200[recipe][0]
     monkeypatch.setattr(memory, "limits", lambda: {"headroom": 0.92, "measured_error": (est - over) / 180 - 1})
     assert memory.shipped_limit_gib(180) == round(est - over, 2)
-    r = shipped(tmp_path, recipe)
+    r = shipped(tmp_path, recipe, CLOSED)
     assert [d.rule for d in r.diagnostics if d.rule.startswith("MEM")] == [rule]
     if rule == "MEM001":
         [d] = mem(r)
@@ -179,7 +186,7 @@ def test_a_shipped_recipe_changed_by_the_intent_gets_the_headroom(tmp_path, chan
     recipe = "qwen3_30b_a3b_pretrain_8gpu_b200_bf16_config"
     path = tmp_path / "q.yaml"
     path.write_text(init.intent_text(init.find(recipe), benchmark=True))
-    r = analyse(str(path), [change])
+    r = analyse(str(path), [change] + CLOSED)
     assert r.plan["shipped_recipe"] is None and r.plan["memory_limit_gib"] == memory.usable_gib(180)
     assert not mem(r, "MEM002")
     [d] = mem(r)
@@ -190,9 +197,10 @@ def test_a_shipped_recipe_changed_by_the_intent_gets_the_headroom(tmp_path, chan
 
 PLACEHOLDER_CASES = [
     ("deepseek-v3 fit on 1 node", DSV3_FIT.replace("NODES", "1"), []),
-    ("deepseek-v3 fit on 20 nodes", DSV3_FIT.replace("NODES", "20"), []),
+    ("deepseek-v3 fit on 20 nodes", DSV3_FIT.replace("NODES", "20"), CLOSED),
     ("every knob pinned, over the headroom", DSV3_FIT.replace("NODES", "20"),
-     ["parallelism.tp=8", "parallelism.pp=5", "parallelism.ep=32", "parallelism.vpp=1", "recompute.granularity=none"]),
+     ["parallelism.tp=8", "parallelism.pp=5", "parallelism.ep=32", "parallelism.vpp=1", "recompute.granularity=none"]
+     + CLOSED),
     ("nothing fits on any count", DSV3_FIT.replace("NODES", "1") + "training: {seq_length: 1048576, micro_batch_size: 16,"
      " global_batch_size: 64}\n", []),
 ]

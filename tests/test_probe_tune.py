@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, run_cli
-from mocompile import cluster, measure, probe, tune
+from mocompile import cluster, measure, probe, steptime, tune
 from mocompile.errors import UsageError
 from mocompile.pipeline import analyse
 
@@ -42,11 +42,14 @@ def _python(tmp_path: Path, env: dict | None = None) -> str:
     return str(path)
 
 
-def kernel_result(gemm_share: float = 0.72, a2a_gbps: float = 202.5, ranks: int = 2) -> dict:
+def kernel_result(gemm_share: float | None = None, a2a_gbps: float | None = None, ranks: int = 2) -> dict:
     """What train.py's kernel probe writes on an H100 node (989 TFLOP/s BF16, 450 GB/s NVLink): the reference
     GEMM at ``gemm_share`` of the peak; all-to-all at 20 us + the bytes each rank sends to the others over
-    ``a2a_gbps``. Worked answer with the references 0.8 and 0.5: gemm_scale 0.72 / 0.8 = 0.9, a2a_scale
-    (202.5 / 450) / 0.5 = 0.9."""
+    ``a2a_gbps``. By default both at 0.9 of the references (data/steptime.yaml probe_reference_*): the worked
+    answer is gemm_scale 0.9 and a2a_scale 0.9."""
+    c = steptime.constants()
+    gemm_share = 0.9 * c["probe_reference_gemm_share"] if gemm_share is None else gemm_share
+    a2a_gbps = 0.9 * c["probe_reference_a2a_share"] * 450 if a2a_gbps is None else a2a_gbps
     n = 8192
     us = 2.0 * n ** 3 / (gemm_share * 989e12) * 1e6
     points = [{"bytes": b, "us": 20.0 + b * (ranks - 1) / ranks / (a2a_gbps * 1e9) * 1e6}

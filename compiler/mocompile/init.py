@@ -111,7 +111,7 @@ def intent_text(a: dict[str, Any], gpus_wanted: int | None = None, benchmark: bo
         f"hardware: {{gpu: {a['gpu']}, nodes: {nodes}, gpus_per_node: {per}}}",
         "goal: throughput",
         f"training: {{seq_length: 4096, micro_batch_size: {a['mbs']}, global_batch_size: {gbs}, "
-        f"precision: {a['precision']}{opt}}}",
+        f"precision: {a['precision']}{opt}, optimizer_state: fp32, optimizer_offload: 0}}",
         f"parallelism: {_flow(par)}",
         f"moe: {_flow(moe)}",
         f"recompute: {_flow(recompute)}",

@@ -21,6 +21,10 @@ def _rule(r: dict[str, Any]) -> dict[str, Any]:
         out = {"anyOf": [inner, {"const": "auto"}]}
     elif t == "auto_bool":
         out = {"anyOf": [{"type": "boolean"}, {"const": "auto"}]}
+    elif t == "auto_number":
+        inner = {"type": "number", **({"minimum": r["min"]} if "min" in r else {}),
+                 **({"maximum": r["max"]} if "max" in r else {})}
+        out = {"anyOf": [inner, {"const": "auto"}]}
     elif t == "auto_list":
         out = {"anyOf": [{"type": "array", "items": _rule(r.get("schema", {}))}, {"const": "auto"}]}
     elif isinstance(t, list):
@@ -42,11 +46,11 @@ def _rule(r: dict[str, Any]) -> dict[str, Any]:
         out["items"] = _rule(r["schema"])
     if "allowed" in r:
         out["enum"] = list(r["allowed"]) + ([None] if r.get("nullable") else [])
-    if "min" in r:
+    if "min" in r and t != "auto_number":  # bounds on its number branch
         out["minimum"] = r["min"]
     if "minlength" in r:
         out["minItems"] = r["minlength"]
-    if "max" in r and t != "auto_int":  # an auto_int's bound sits on its integer branch
+    if "max" in r and t not in ("auto_int", "auto_number"):  # their bounds sit on their number branch
         out["maximum"] = r["max"]
     if "regex" in r:
         out["pattern"] = r["regex"]

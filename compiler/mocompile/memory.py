@@ -138,6 +138,10 @@ class Estimator:
         self.grad = 4 if c.get("grad_reduce_in_fp32", True) else 2
         # optimizer state per parameter (Adam 12 B, Muon 8 B + Adam on embeddings): optimizer_state.py
         self.opt = c.get("optimizer", "adam")
+        self.opt_state = c.get("optimizer_state") or "fp32"
+        self.offload = float(c.get("optimizer_offload_fraction") or 0.0)
+        # FP8 recipes other than delayed scaling: Megatron-Core keeps the fp32 master itself (no remainders)
+        self.fp8_master = bool(c.get("fp8")) and c.get("fp8") != "delayed"
         self.seq, self.mbs, self.gbs = c["seq_length"], c["micro_batch_size"], c["global_batch_size"]
         self.force_balance = c.get("moe_router_force_load_balancing")
         self.impl = c.get("transformer_impl")
@@ -178,8 +182,9 @@ class Estimator:
         experts = p["experts"] * share / (ep * etp)
         grad = self.grad
         opt, emb = self.opt, (p["embedding"] / 2 / tp if pp > 1 else p["embedding"] / tp)
-        bytes_dense = 2 + grad + state_bytes_per_param(opt, dp, emb / dense if dense else 0.0)
-        bytes_expert = 2 + grad + state_bytes_per_param(opt, edp)
+        levers = {"state": self.opt_state, "offload": self.offload, "fp8_master": self.fp8_master}
+        bytes_dense = 2 + grad + state_bytes_per_param(opt, dp, emb / dense if dense else 0.0, **levers)
+        bytes_expert = 2 + grad + state_bytes_per_param(opt, edp, **levers)
         weights = dense * bytes_dense + experts * bytes_expert
         unfused_wgrad = 0.0
         if self.unfused:

@@ -12,6 +12,22 @@ parameter. Embeddings, the output layer, norms and biases stay on Adam (``muon_s
 experts over expert-DP; ``megatron/core/optimizer/layer_wise_optimizer.py``), so the state divides
 by the same group sizes as Adam's, rounded to whole parameters (not modelled).
 
+Adam's memory levers (``training.optimizer_state``, ``training.optimizer_offload``), from Megatron-Core
+0.19's ``OptimizerConfig`` and ``optimizer/__init__.py``:
+
+- ``fp32-remainders``: the precision-aware optimizer (``use_precision_aware_optimizer``, TE's FusedAdam)
+  with ``store_param_remainders``: the fp32 master is kept as the 16 bits the bf16 weight lacks
+  (``distrib_optimizer.py`` allocates it as int16), 2 + 4 + 4 = 10 bytes. FP8 recipes other than
+  delayed scaling keep an fp32 master in Megatron-Core instead (``use_precision_aware_optimizer_no_fp8_or_ds_fp8``
+  is false there): 12 bytes, no saving.
+- ``bf16-moments``: also ``exp_avg_dtype`` / ``exp_avg_sq_dtype`` bf16: 2 + 2 + 2 = 6 bytes (8 with FP8).
+- offload share ``f`` (``optimizer_cpu_offload``, ``optimizer_offload_fraction``): Megatron's
+  ``HybridDeviceOptimizer`` (``optimizer/cpu_offloading/hybrid_optimizer.py``) steps a share ``f`` of the
+  distributed optimizer's fp32 shard on the CPU: it clones those shards to pinned host memory and keeps
+  their moments there, while the GPU keeps every fp32 shard (it copies the result back into it): on the
+  GPU 4 + 8 * (1 - f) bytes. It builds torch's Adam without the precision-aware dtypes, so offload goes with
+  ``fp32`` only (rule OPT006).
+
 Gradients and the bf16 weights are counted by ``memory.py`` (unchanged by the optimizer: Muon runs
 on Megatron's plain DDP, whose gradient buffer is whole on every rank, as Adam's is).
 """
@@ -20,16 +36,32 @@ from __future__ import annotations
 
 ADAM_BYTES = 12.0  # fp32 master + exp_avg + exp_avg_sq
 MUON_BYTES = 8.0   # fp32 master + momentum
+MASTER_BYTES = {"fp32": 4.0, "fp32-remainders": 2.0, "bf16-moments": 2.0}   # with bf16 weights
+MOMENT_BYTES = {"fp32": 8.0, "fp32-remainders": 8.0, "bf16-moments": 4.0}  # exp_avg + exp_avg_sq
+STATES = tuple(MASTER_BYTES)
 
 
-def state_bytes_per_param(optimizer: str | None, dp: int, non_linear_share: float = 0.0) -> float:
+def adam_bytes(state: str = "fp32", offload: float = 0.0, fp8_master: bool = False) -> float:
+    """Adam's state bytes per parameter on the GPU (before DP sharding). ``fp8_master``: an FP8 recipe other
+    than delayed scaling, whose fp32 master Megatron-Core keeps itself (no remainders)."""
+    master = 4.0 if fp8_master else MASTER_BYTES.get(state, 4.0)
+    return master + MOMENT_BYTES.get(state, 8.0) * (1.0 - min(1.0, max(0.0, offload)))
+
+
+def host_bytes(offload: float) -> float:
+    """Pinned host memory per parameter of an offloaded share: fp32 master copy, both moments, fp32 gradient."""
+    return 16.0 * min(1.0, max(0.0, offload))
+
+
+def state_bytes_per_param(optimizer: str | None, dp: int, non_linear_share: float = 0.0, state: str = "fp32",
+                          offload: float = 0.0, fp8_master: bool = False) -> float:
     """Optimizer-state bytes per parameter held on one GPU.
 
     ``non_linear_share``: the fraction of these parameters that Muon leaves to Adam (embeddings,
-    output layer, norms, biases); ignored for Adam.
+    output layer, norms, biases); ignored for Adam. ``state`` and ``offload``: Adam's levers (above).
     """
     dp = max(1, int(dp))
     if optimizer == "muon":
         share = min(1.0, max(0.0, float(non_linear_share)))
         return (MUON_BYTES * (1.0 - share) + ADAM_BYTES * share) / dp
-    return ADAM_BYTES / dp
+    return adam_bytes(state, offload, fp8_master) / dp

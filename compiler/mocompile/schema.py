@@ -94,6 +94,7 @@ class IntentValidator(Validator):
     types_mapping["auto_int"] = TypeDefinition("auto_int", (int, str), (bool,))
     types_mapping["auto_bool"] = TypeDefinition("auto_bool", (bool, str), ())
     types_mapping["auto_list"] = TypeDefinition("auto_list", (list, str), ())
+    types_mapping["auto_number"] = TypeDefinition("auto_number", (int, float, str), (bool,))
 
     def _validate_type(self, data_type: Any, field: Any, value: Any) -> None:
         # A string is only acceptable to a tri-state type when it is exactly `auto`.
@@ -122,6 +123,7 @@ TYPE_WORDS = {
     "auto_int": "a positive integer or `auto`",
     "auto_bool": "true, false or `auto`",
     "auto_list": "a list or `auto`",
+    "auto_number": "a number or `auto`",
     "integer": "an integer",
     "number": "a number",
     "string": "a string",

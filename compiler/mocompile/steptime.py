@@ -96,6 +96,7 @@ class Batch:
     te: bool = True              # Transformer Engine layer spec (fused attention); False: Megatron's local spec
     grouped_gemm: bool = True    # grouped-GEMM experts; False: one GEMM sequence per local expert
     fp8_attention: bool = False  # FP8 dot-product attention (some Blackwell MXFP8 perf recipes; mocompile emits BF16)
+    optimizer_offload: float = 0.0  # share of Adam's state and step on the host CPU (optimizer_state.py)
 
 
 @dataclass
@@ -490,7 +491,8 @@ class StepModel:
         per_layout = self._per_layout.get(lay_key)
         if per_layout is None:
             per_layout = self._per_layout[lay_key] = (_dp_traffic(m, hw, cand, world, dp),
-                                                      optimizer_seconds(m, hw, cand, world))
+                                                      optimizer_seconds(m, hw, cand, world,
+                                                                        self.batch.optimizer_offload, c))
         dp_traffic, opt = per_layout
         dp_comm = _dp_exposed(dp_traffic, per_mb)
         step = steady + bubble + pp_comm + dp_comm + opt + c["step_overhead_s"]
@@ -539,19 +541,33 @@ def host_seconds_per_layer(m: dict[str, Any], cand: Candidate, batch: Batch, c: 
 # Adam (read gradient, weight, both moments: 16; write weight and moments: 12), bf16 weight copy back
 # (4 + 2), gradient-buffer zeroing (2).
 ADAM_STEP_BYTES = 54.0
+OFFLOAD_LINK_BYTES = 8.0  # per offloaded parameter and step: fp32 gradient to the host, fp32 parameter back
 
 
-def optimizer_seconds(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, world: int) -> float:
+def optimizer_seconds(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, world: int, offload: float = 0.0,
+                      c: dict[str, float] | None = None) -> float:
     """The optimizer step: memory-bound passes over the parameters whose state this GPU holds.
 
     Dense parameters' state is sharded over DP, expert parameters' over expert-DP; with EDP 1 (EP = world)
-    every GPU steps its experts' full fp32 state, which weighs in small-batch steps (few micro-batches)."""
+    every GPU steps its experts' full fp32 state, which weighs in small-batch steps (few micro-batches).
+    With an offloaded share (``optimizer_offload``, Megatron-Core's HybridDeviceOptimizer) that share's fp32
+    gradients go to the host and its fp32 parameters come back over the host link (PCIe on x86 nodes, C2C on
+    Grace ones: ``host_link_gbps``), and the CPU runs its Adam step (``cpu_adam_params_per_s``): one after the
+    other, as Megatron runs them without ``overlap_cpu_optimizer_d2h_h2d``."""
     p = parameters(m)
     dense = (p["attention"] + p["dense_mlp"] + p["shared"] + p["router"] + p["embedding"]) / (cand.tp * cand.pp)
     experts = p["experts"] / (cand.ep * cand.etp * cand.pp)
     dp = max(1, world // (cand.tp * cand.pp * cand.cp))
     edp = max(1, world // (cand.ep * cand.etp * cand.pp))
-    return (dense / dp + experts / edp) * ADAM_STEP_BYTES / (hw["hbm_tbps"] * 1e12 * HBM_EFFICIENCY)
+    shard = dense / dp + experts / edp
+    f = min(1.0, max(0.0, offload))
+    gpu = shard * (1.0 - f) * ADAM_STEP_BYTES / (hw["hbm_tbps"] * 1e12 * HBM_EFFICIENCY)
+    if f <= 0.0:
+        return gpu
+    c = constants() if c is None else c
+    host = shard * f * (OFFLOAD_LINK_BYTES / (float(hw.get("host_link_gbps", 64)) * 1e9)
+                        + 1.0 / c["cpu_adam_params_per_s"])
+    return gpu + host
 
 
 def _dp_exposed(dp_traffic: float, per_mb: float) -> float:

@@ -129,6 +129,29 @@ def training_io(plan: Plan) -> dict[str, Any]:
     }
 
 
+DTYPES = {"fp32": "float32", "bf16": "bfloat16"}  # torch dtype names (the template prints torch.<name>)
+
+
+def optimizer_levers(plan: Plan) -> list[dict[str, Any]]:
+    """Adam's memory levers as Megatron-Core OptimizerConfig fields (values are code: torch dtypes, numbers)."""
+    state = plan.get("optimizer_state") or "fp32"
+    share = float(plan.get("optimizer_offload_fraction") or 0.0)
+    out: list[dict[str, Any]] = []
+    if state != "fp32":
+        why = _comment(plan.settings["optimizer_state"])
+        moments = DTYPES["bf16" if state == "bf16-moments" else "fp32"]
+        out += [{"field": "use_precision_aware_optimizer", "value": True, "comment": f"training.optimizer_state {state}: {why}"},
+                {"field": "main_params_dtype", "dtype": DTYPES["fp32"], "comment": "fp32 master, stored as remainders"},
+                {"field": "store_param_remainders", "value": True, "comment": "the 16 bits the bf16 weight lacks"},
+                {"field": "exp_avg_dtype", "dtype": moments, "comment": "first moment"},
+                {"field": "exp_avg_sq_dtype", "dtype": moments, "comment": "second moment"}]
+    if share > 0:
+        out += [{"field": "optimizer_cpu_offload", "value": True,
+                 "comment": f"training.optimizer_offload {share:g}: {_comment(plan.settings['optimizer_offload_fraction'])}"},
+                {"field": "optimizer_offload_fraction", "value": float(share), "comment": "share stepped on the CPU"}]
+    return out
+
+
 def context(plan: Plan, source: str) -> dict[str, Any]:
     m = plan.model
     bridge = m.get("bridge") or {}
@@ -193,6 +216,7 @@ def context(plan: Plan, source: str) -> dict[str, Any]:
         "lr": lr,
         "min_lr": float(f"{lr / 10:.6g}"),
         "optimizer": plan.get("optimizer") or "adam",
+        "optimizer_levers": optimizer_levers(plan),
         "optimizer_bf16": bool(plan["bf16"]),
         "optimizer_fp16": bool(plan["fp16"]),
         "warmup": max(1, min(500, iters // 10)),

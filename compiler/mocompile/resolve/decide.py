@@ -92,9 +92,64 @@ def micro_batch(ctx: Context) -> SearchResult | None:
     return results.get(chosen)
 
 
+OFFLOAD_SHARES = (0.25, 0.5, 0.75, 1.0)
+
+
+def lever_rungs(ctx: Context) -> list[tuple[str, float]]:
+    """Adam's memory levers the user left ``auto``, in the guidance's order (Megatron-Bridge's memory ladder:
+    cheapest first): the precision-aware optimizer's lower-precision state (no time cost: TE's FusedAdam runs the
+    same pass), then optimizer offload (host-link traffic and a CPU step every iteration), its least share first.
+    Only what the target can run: Adam (not Muon), TE for the precision-aware optimizer, offload with fp32
+    state (rules OPT004-OPT006)."""
+    t = ctx.intent["training"]
+    if ctx["optimizer"] != "adam":
+        return []
+    state_auto, offload_auto = t.get("optimizer_state", "auto") == "auto", t.get("optimizer_offload", "auto") == "auto"
+    rungs: list[tuple[str, float]] = []
+    if state_auto and ctx["te_version"] is not None and not ctx["optimizer_offload_fraction"]:
+        fp8_master = bool(ctx["fp8"]) and ctx["fp8"] != "delayed"  # remainders save nothing there
+        rungs += [(s, 0.0) for s in (("bf16-moments",) if fp8_master else ("fp32-remainders", "bf16-moments"))]
+    if offload_auto and ctx["optimizer_state"] == "fp32":
+        rungs += [("fp32", f) for f in OFFLOAD_SHARES]
+    return rungs
+
+
+def climb_levers(ctx: Context, res: SearchResult) -> SearchResult:
+    """Where the plan does not fit, the first rung of Adam's memory levers on which one does (both goals: a
+    plan that does not fit never pays); none fits: the levers stay off and MEM001 reports the plan."""
+    if res.winner.fits and not res.winner.broken:
+        return res
+    base_state, base_off = ctx["optimizer_state"], ctx["optimizer_offload_fraction"]
+    base_gib, tried = res.winner.mem["total_gib"], []
+    for state, share in lever_rungs(ctx):
+        ctx.set("optimizer_state", state, "goal", "trial")
+        ctx.set("optimizer_offload_fraction", share, "goal", "trial")
+        trial = micro_batch(ctx) or search(ctx)
+        w = trial.winner
+        tried.append(f"{state}{f' + offload {share:g}' if share else ''}: {w.mem['total_gib']:.1f} GiB")
+        if w.fits and not w.broken:
+            ladder = "; ".join(tried)
+            ctx.set("optimizer_state", state, "goal",
+                    f"no plan fits with fp32 Adam state on the GPU ({base_gib:.1f} GiB); the memory ladder "
+                    f"(precision-aware state, then optimizer offload): {ladder}",
+                    path=("training", "optimizer_state"))
+            cost = w.est.terms.get("optimizer", 0.0)
+            ctx.set("optimizer_offload_fraction", share, "goal",
+                    (f"the least offload share that fits: {share:g} of Adam's state and step on the host CPU, "
+                     f"optimizer step {cost:.2f} s of {w.step:.2f} s/step (host link and CPU Adam)") if share
+                    else "not needed: the lower-precision state fits", path=("training", "optimizer_offload"))
+            return trial
+    ctx.set("optimizer_state", base_state, "default" if base_state == "fp32" else "user",
+            "no rung of the memory ladder fits either: " + ("; ".join(tried) or "none available"),
+            path=("training", "optimizer_state"))
+    ctx.set("optimizer_offload_fraction", base_off, "default" if not base_off else "user",
+            "no rung of the memory ladder fits", path=("training", "optimizer_offload"))
+    return micro_batch(ctx) or search(ctx) if tried else res
+
+
 def plan(ctx: Context) -> None:
     """Search, then record the winner's settings with reasons."""
-    res = micro_batch(ctx) or search(ctx)
+    res = climb_levers(ctx, micro_batch(ctx) or search(ctx))
     w = res.winner
     est = w.est
     head = (f"{GOAL_WHY[ctx.goal]}: {est.step_s:.2f} s/step, {est.tflops_per_gpu:.0f} TFLOPS/GPU, "

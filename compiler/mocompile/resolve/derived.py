@@ -72,6 +72,27 @@ def environment(ctx: Context) -> None:
             ctx.env[key] = Decision(value, "user", "launch.env", position=ctx.doc.positions.get(("launch", "env", key)))
 
 
+def _lightest_lever_count(ctx: Context) -> tuple[int, str] | None:
+    """The smallest GPU count with the last (most memory-saving) rung of Adam's memory ladder the recipe leaves
+    open (resolve/decide.py lever_rungs), and how to ask for it; None if none is open or none fits."""
+    from mocompile.resolve.decide import lever_rungs
+
+    rungs = lever_rungs(ctx)
+    if not rungs:
+        return None
+    state, share = rungs[-1]
+    saved = {k: ctx.s[k] for k in ("optimizer_state", "optimizer_offload_fraction")}
+    try:
+        ctx.set("optimizer_state", state, "goal", "trial")
+        ctx.set("optimizer_offload_fraction", share, "goal", "trial")
+        n = min_gpus_that_fit(ctx)
+    finally:
+        ctx.s.update(saved)
+    how = f"training.optimizer_offload: {share:g} (Adam's state and step on the host CPU)" if share else \
+        f"training.optimizer_state: {state}"
+    return (n, how) if n is not None else None
+
+
 def memory_pass(ctx: Context) -> None:
     """The final estimate from the final values (shown by explain, kept in the lock file), the limit it must
     stay under, and what MEM001 quotes when it does not: all from this one estimate, so the message and the
@@ -100,5 +121,9 @@ def memory_pass(ctx: Context) -> None:
         ctx.set("memory_min_gpus", n if n is not None else "more than 16384", "derived",
                 "smallest GPU count (whole nodes) with a layout that fits under the headroom, with the knobs that "
                 "need the least memory and the heaviest recompute (resolve/search.py min_gpus_that_fit)")
+        lever = _lightest_lever_count(ctx)
+        ctx.set("memory_lever_note", f" ({lever[0]} with {lever[1]})" if lever and (n is None or lever[0] < n)
+                else "", "derived", "the count with Adam's heaviest memory lever the recipe leaves open, if smaller")
     else:
+        ctx.set("memory_lever_note", "", "derived", "the plan fits: not searched")
         ctx.set("memory_min_gpus", None, "derived", "the plan fits: not searched")

@@ -72,6 +72,15 @@ def base(ctx: Context) -> None:
     ctx.set("fp8_dispatch", False, "default", "Megatron dispatches in BF16")
     ctx.user_or("optimizer", ("training", "optimizer"), t.get("optimizer", "adam"), "default",
                 "schema default: Megatron's distributed Adam")
+    # Adam's memory levers: pinned, or the lightest until decide.plan finds that no plan fits without them
+    state = t.get("optimizer_state", "auto")
+    ctx.set("optimizer_state", "fp32" if state == "auto" else state, "user" if state != "auto" else "default",
+            "pinned in the recipe" if state != "auto" else "auto: fp32 master and moments unless no plan fits",
+            path=("training", "optimizer_state"))
+    off = t.get("optimizer_offload", "auto")
+    ctx.set("optimizer_offload_fraction", 0.0 if off == "auto" else float(off), "user" if off != "auto" else "default",
+            "pinned in the recipe" if off != "auto" else "auto: on the GPU unless no plan fits",
+            path=("training", "optimizer_offload"))
     ctx.set("goal", ctx.goal, "user", "the recipe's goal", path=("goal",))
     ctx.user_or("moe_router_force_load_balancing", ("moe", "force_balance"), False, "goal",
                 "natural routing: forced balancing is for benchmarks only")

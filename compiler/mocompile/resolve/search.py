@@ -355,7 +355,7 @@ class Scorer:
         self._shipped = shipped_plans(ctx) if self.world == ctx["world_size"] else {}
         self.batch = Batch(ctx["seq_length"], ctx["micro_batch_size"], ctx["global_batch_size"], ctx["precision"],
                            bool(ctx["moe_router_force_load_balancing"]), ctx["te_version"] is not None,
-                           bool(ctx["moe_grouped_gemm"]))
+                           bool(ctx["moe_grouped_gemm"]), optimizer_offload=float(ctx["optimizer_offload_fraction"]))
         self.hw = dict(ctx.hw, nvlink_domain=ctx.hw["nvlink_domain"], gpus_per_node=ctx["gpus_per_node"])
         self.count = 0
         self._mem: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -682,7 +682,8 @@ def _from_json(d: dict[str, Any]) -> Scored:
 def search(ctx: Context) -> SearchResult:
     """The verdict for this intent: from the plan cache (command line only) or a fresh search."""
     # the profile's values (hash included), not only its path: an edited profile must re-plan
-    key = {"intent": ctx.intent, "cluster": ctx.hw.get("cluster"), "micro_batch_size": ctx["micro_batch_size"]}
+    key = {"intent": ctx.intent, "cluster": ctx.hw.get("cluster"), "micro_batch_size": ctx["micro_batch_size"],
+           "optimizer_state": ctx["optimizer_state"], "optimizer_offload": ctx["optimizer_offload_fraction"]}
     cached = plancache.get(key)
     if cached is not None:
         try:

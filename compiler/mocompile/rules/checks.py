@@ -214,6 +214,12 @@ CHECKS: dict[str, Check] = {
     "OPT001": lambda c: c.get("optimizer", "adam") == "muon" and bool(c["fp16"]),
     "OPT002": lambda c: c.get("optimizer", "adam") == "muon",  # catalogue versions: megatron-core < 0.16.0
     "OPT003": lambda c: c.get("optimizer", "adam") == "muon",  # catalogue versions: Megatron-Bridge < 0.3.0
+    # Adam's memory levers (training.optimizer_state, training.optimizer_offload)
+    "OPT004": lambda c: c.get("optimizer", "adam") != "adam" and c.get("optimizer_state", "fp32") != "fp32",
+    "OPT005": lambda c: c.get("optimizer_state", "fp32") != "fp32" and c.get("te_version") is None
+    and not c.get("optimizer_offload_fraction"),
+    "OPT006": lambda c: c.get("optimizer_state", "fp32") != "fp32" and bool(c.get("optimizer_offload_fraction")),
+    "OPT007": lambda c: c.get("optimizer", "adam") != "adam" and bool(c.get("optimizer_offload_fraction")),
     # Data, tokenizer, checkpoint and logging (issue 9). These read with .get: the resolver's
     # candidate trials run before these settings exist, and a missing one means "not configured".
     "TOK001": lambda c: (c.get("tokenizer_vocab_size") or 0) > c["vocab_size"],

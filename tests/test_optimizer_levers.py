@@ -1,0 +1,135 @@
+"""Adam's memory levers (training.optimizer_state, training.optimizer_offload): the bytes each keeps on the
+GPU, what the offload costs per step, the ladder `fit` and `throughput` climb when nothing fits, what MEM001
+says when the recipe closes it, and what train.py emits."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+from mocompile import optimizer_state, steptime
+from mocompile.steptime import Candidate
+from test_steptime import TOY, hw
+
+
+@pytest.mark.parametrize("state,offload,fp8_master,want", [
+    ("fp32", 0.0, False, 12.0),             # fp32 master 4 + moments 8
+    ("fp32-remainders", 0.0, False, 10.0),  # the master as the 16 bits a bf16 weight lacks: 2 + 8
+    ("bf16-moments", 0.0, False, 6.0),      # 2 + 2 + 2
+    ("fp32-remainders", 0.0, True, 12.0),   # FP8 (not delayed): Megatron-Core keeps an fp32 master: no saving
+    ("bf16-moments", 0.0, True, 8.0),       # 4 + 2 + 2
+    ("fp32", 1.0, False, 4.0),              # offloaded: the GPU keeps every fp32 shard, the moments go to the host
+    ("fp32", 0.5, False, 8.0),              # 4 + 8 * 0.5
+    ("fp32", 0.25, False, 10.0),
+])
+def test_adam_state_bytes_per_parameter_on_the_gpu(state, offload, fp8_master, want):
+    assert optimizer_state.adam_bytes(state, offload, fp8_master) == want
+    assert optimizer_state.state_bytes_per_param("adam", 4, state=state, offload=offload, fp8_master=fp8_master) == want / 4
+
+
+def test_muon_ignores_adams_levers():
+    assert optimizer_state.state_bytes_per_param("muon", 2, 0.0, "bf16-moments", 1.0) == 8.0 / 2
+
+
+def test_offload_costs_host_link_traffic_and_a_cpu_step_and_c2c_is_cheaper_than_pcie():
+    """Worked answer: TOY's parameters per GPU at EP 2 on 2 GPUs, all offloaded: 8 bytes per parameter over the
+    host link (fp32 gradient out, fp32 parameter back) plus the CPU step at cpu_adam_params_per_s."""
+    c = steptime.constants()
+    cand = Candidate(ep=2)
+    on_gpu = steptime.optimizer_seconds(TOY, hw(), cand, 2)
+    p = steptime.parameters(TOY)
+    shard = (p["attention"] + p["dense_mlp"] + p["shared"] + p["router"] + p["embedding"]) / 2 + p["experts"] / 2
+    full = steptime.optimizer_seconds(TOY, hw(), cand, 2, offload=1.0)
+    assert full == pytest.approx(shard * (8.0 / 64e9 + 1.0 / c["cpu_adam_params_per_s"]))
+    half = steptime.optimizer_seconds(TOY, hw(), cand, 2, offload=0.5)
+    assert half == pytest.approx(on_gpu / 2 + full / 2)
+    c2c = steptime.optimizer_seconds(TOY, hw(host_link_gbps=450), cand, 2, offload=1.0)
+    link_pcie, link_c2c = shard * 8.0 / 64e9, shard * 8.0 / 450e9
+    assert full - c2c == pytest.approx(link_pcie - link_c2c)  # only the link term changes, ~7x
+
+
+def _intent(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "pyproject.toml").write_text("")
+    p = tmp_path / "r.yaml"
+    p.write_text("schema: 1\nname: r\n" + text)
+    return p
+
+
+def _settings(path: Path, *sets: str) -> dict:
+    args = [a for s in sets for a in ("--set", s)]
+    res = run_cli("explain", str(path), *args, "--format", "json")
+    assert res.returncode in (0, 1), res.stderr
+    return json.loads(res.stdout)
+
+
+GPT_OSS_8_B200 = "model: gpt-oss-120b\nhardware: {gpu: b200, nodes: 1}\ngoal: fit\n"
+
+
+def test_gpt_oss_120b_fits_one_b200_node_on_the_first_rung_that_fits(tmp_path):
+    """fp32 state: ~246 GiB; remainders ~219 GiB (both over 166 GiB usable); bf16 moments ~165 GiB: fits, and
+    the ladder stops there (no offload)."""
+    out = _settings(_intent(tmp_path, GPT_OSS_8_B200))
+    s = out["settings"]
+    assert s["optimizer_state"]["value"] == "bf16-moments" and s["optimizer_offload_fraction"]["value"] == 0.0
+    why = s["optimizer_state"]["reason"]
+    assert "fp32-remainders" in why and "bf16-moments" in why and "offload" not in why.split("):")[-1]
+    assert not [d for d in out["diagnostics"] if d["severity"] == "error"]
+    assert out["memory"]["total_gib"] <= 180 * 0.92
+
+
+def test_pinning_the_state_to_fp32_climbs_to_the_least_offload_share_that_fits(tmp_path):
+    out = _settings(_intent(tmp_path, GPT_OSS_8_B200), "training.optimizer_state=fp32")
+    s = out["settings"]
+    share = s["optimizer_offload_fraction"]["value"]
+    assert share in (0.25, 0.5, 0.75, 1.0) and s["optimizer_state"]["value"] == "fp32"
+    assert "least offload share that fits" in s["optimizer_offload_fraction"]["reason"]
+    assert out["estimate"]["chosen"]["terms_s"]["optimizer"] > 1.0  # the host link and the CPU step: seconds
+    if share > 0.25:  # the share below did not fit
+        below = _settings(_intent(tmp_path, GPT_OSS_8_B200), "training.optimizer_state=fp32",
+                          f"training.optimizer_offload={share - 0.25}")
+        assert any(d["rule"] == "MEM001" for d in below["diagnostics"])
+
+
+def test_with_every_lever_closed_mem001_names_the_gpu_count_and_the_lever_that_would_fit_here(tmp_path):
+    path = _intent(tmp_path, GPT_OSS_8_B200)
+    res = run_cli("lint", str(path), "--set", "training.optimizer_state=fp32", "--set", "training.optimizer_offload=0")
+    assert res.returncode == 1 and "[MEM001]" in res.stdout and "is 16" in res.stdout
+    dsv3 = _intent(tmp_path, "model: deepseek-v3\nhardware: {gpu: h100, nodes: 8}\ngoal: fit\n")
+    res = run_cli("lint", str(dsv3))
+    # not even full offload fits 64 H100s (the bf16 weights and fp32 gradients alone are ~63 GiB); MEM001 says how
+    # many GPUs do, without and with the offload
+    assert res.returncode == 1 and "is 168 (96 with training.optimizer_offload: 1" in res.stdout
+
+
+def test_a_plan_that_fits_keeps_fp32_state_on_the_gpu_and_says_why(tmp_path):
+    out = _settings(_intent(tmp_path, "model: qwen3-30b-a3b\nhardware: {gpu: h100, nodes: 2}\ngoal: throughput\n"))
+    s = out["settings"]
+    assert s["optimizer_state"]["value"] == "fp32" and s["optimizer_offload_fraction"]["value"] == 0.0
+    assert "unless no plan fits" in s["optimizer_state"]["reason"]
+
+
+def test_muon_has_no_levers_to_climb(tmp_path):
+    out = _settings(_intent(tmp_path, "model: gpt-oss-120b\nhardware: {gpu: b200, nodes: 1}\ngoal: fit\n"
+                                      "training: {optimizer: muon}\n"))
+    assert out["settings"]["optimizer_state"]["value"] == "fp32"
+    assert any(d["rule"] == "MEM001" for d in out["diagnostics"])
+
+
+def test_train_py_passes_the_levers_to_optimizer_config(tmp_path):
+    path = _intent(tmp_path, GPT_OSS_8_B200)
+    res = run_cli("compile", str(path), "-o", str(tmp_path / "gen"))
+    assert res.returncode == 0, res.stdout + res.stderr
+    train = tmp_path / "gen" / "r" / "train.py"
+    text = train.read_text()
+    for line in ("use_precision_aware_optimizer=True,", "exp_avg_dtype=torch.bfloat16,",
+                 "exp_avg_sq_dtype=torch.bfloat16,", "main_params_dtype=torch.float32,", "store_param_remainders=True,"):
+        assert line in text
+    assert "optimizer_cpu_offload" not in text
+    subprocess.run([sys.executable, "-m", "py_compile", str(train)], check=True)
+    res = run_cli("compile", str(path), "--set", "training.optimizer_state=fp32", "-o", str(tmp_path / "gen"), "--force")
+    text = train.read_text()
+    assert "optimizer_cpu_offload=True," in text and "use_precision_aware_optimizer" not in text
