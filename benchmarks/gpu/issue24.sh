@@ -5,16 +5,21 @@
 # offloaded to the host CPU. Each run trains ITERS iterations with MOCOMPILE_METRICS (step time, loss, peak
 # memory per step); the locks hold the estimates the report compares against.
 # Usage (repo root on the host; carry .te .whl .mcdeps):  OUT=<dir> benchmarks/gpu/issue24.sh
-# Environment: ROUNDS (2), ITERS (24). Setup is issue20.sh's (skipped when already there).
+# Environment: ROUNDS (2), ITERS (24), DEADLINE (480: no run starts later, in s). Setup is issue20.sh's.
+# $OUT gets two files, console.log and results.tar.gz (rewritten after every run, so a call cut short keeps
+# what finished); everything else is collected in /tmp/levers/out.
 set -uo pipefail
-mkdir -p "${OUT}"
+mkdir -p "${OUT}" /tmp/levers/out
 exec > >(tee -a "${OUT}/console.log") 2>&1
+keep() { tar czf "${OUT}/results.tar.gz" -C /tmp/levers/out . ; }
 t0=${SECONDS}
 repo="$(pwd)"
 RECIPE=recipes/bench/bench-te-mid2-auto.yaml
 ROUNDS="${ROUNDS:-2}"
 ITERS="${ITERS:-24}"
-OUT="${OUT}" bash benchmarks/gpu/issue20.sh setup > "${OUT}/setup.log" 2>&1 || { tail -30 "${OUT}/setup.log"; exit 4; }
+W=/tmp/levers/out
+OUT="${W}" bash benchmarks/gpu/issue20.sh setup > "${W}/setup.log" 2>&1 || { tail -30 "${W}/setup.log"; keep; exit 4; }
+mv -f "${W}/results.tar.gz" "${W}/setup.tar.gz" 2>/dev/null
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
 export PYTHONPATH="/tmp/mcdeps:${repo}/compiler:/tmp/site${PYTHONPATH:+:${PYTHONPATH}}"
 declare -A SETS=(
@@ -25,23 +30,24 @@ declare -A SETS=(
 for plan in fp32 bf16m offload; do
   # shellcheck disable=SC2086  # SETS holds --set words by design
   python3 -m mocompile compile "${RECIPE}" ${SETS[${plan}]} --set "name=lever-${plan}" --set "training.train_iters=${ITERS}" \
-    --set profile=null -o /tmp/levers --force > "${OUT}/compile-${plan}.log" 2>&1 || { cat "${OUT}/compile-${plan}.log"; exit 5; }
-  cp "/tmp/levers/lever-${plan}/mocompile.lock.json" "${OUT}/lock-${plan}.json"
+    --set profile=null -o /tmp/levers --force > "${W}/compile-${plan}.log" 2>&1 || { cat "${W}/compile-${plan}.log"; keep; exit 5; }
+  cp "/tmp/levers/lever-${plan}/mocompile.lock.json" "${W}/lock-${plan}.json"
   grep -n "optimizer_cpu_offload\|precision_aware\|_dtype=" "/tmp/levers/lever-${plan}/train.py" || true
 done
+keep
 for round in $(seq 1 "${ROUNDS}"); do
   for plan in fp32 bf16m offload; do
+    if (( SECONDS - t0 > ${DEADLINE:-480} )); then echo "issue24: deadline, ${plan} round ${round} not started"; continue; fi
     dir="/tmp/levers/runs/${plan}-${round}"; mkdir -p "${dir}"
     start=${SECONDS}
     (cd "${dir}" && MOCOMPILE_METRICS="${dir}/metrics.jsonl" MASTER_PORT=$((29500 + RANDOM % 500)) \
       timeout 300 bash "/tmp/levers/lever-${plan}/torchrun.sh" > "${dir}/log.txt" 2>&1)
     rc=$?
-    cp "${dir}/metrics.jsonl" "${OUT}/${plan}-${round}.jsonl" 2>/dev/null
+    cp "${dir}/metrics.jsonl" "${W}/${plan}-${round}.jsonl" 2>/dev/null
     echo "issue24: ${plan} round ${round} rc=${rc} wall=$((SECONDS - start)) s steps=$(wc -l < "${dir}/metrics.jsonl" 2>/dev/null)"
-    [[ ${rc} -ne 0 ]] && { tail -25 "${dir}/log.txt"; cp "${dir}/log.txt" "${OUT}/${plan}-${round}.log"; }
+    [[ ${rc} -ne 0 ]] && { tail -25 "${dir}/log.txt"; cp "${dir}/log.txt" "${W}/${plan}-${round}.log"; }
+    nvidia-smi --query-gpu=index,name,uuid --format=csv > "${W}/gpus.csv"
+    keep
   done
 done
-nvidia-smi --query-gpu=index,name,uuid --format=csv > "${OUT}/gpus.csv"
-(cd "${OUT}" && find . -mindepth 1 -maxdepth 1 ! -name console.log ! -name results.tar.gz -print0 \
-  | xargs -0 -r tar czf results.tar.gz --remove-files)
 echo "issue24: done at $((SECONDS - t0)) s"
