@@ -383,3 +383,16 @@ def test_a_pinned_dispatcher_the_probe_found_missing_is_refused_at_the_pin(tmp_p
     assert r.plan["cluster_missing"] == ["apex", "deep_ep", "hybrid_ep"]
     assert analyse(str(MID)).plan["cluster_missing"] == []  # lent-h100x4: not probed, nothing known missing
     assert analyse(str(ROOT / "recipes" / "tiny-moe-h100x2.yaml")).plan["cluster_missing"] is None  # no profile
+
+
+def test_the_slurm_launcher_refuses_what_sbatch_cannot_carry_before_submitting(tmp_path):
+    launch = measure.slurm_launcher()
+    log = tmp_path / "run.log"
+    gen = tmp_path / "gen"
+    gen.mkdir()
+    (gen / "torchrun.sh").write_text("")
+    assert launch(str(gen / "torchrun.sh"), {"A": "1"}, str(log), 5) == 2  # a plan compiled without slurm
+    assert "launch.targets lacks slurm" in log.read_text()
+    (gen / "slurm.sbatch").write_text("#!/bin/bash\n")
+    assert launch(str(gen / "torchrun.sh"), {"MOCOMPILE_METRICS": "/a,b"}, str(log), 5) == 2  # --export splits on ,
+    assert "comma" in log.read_text()

@@ -433,3 +433,61 @@ def test_real_launch_stops_at_the_preflight_with_the_rule_id(slurm, tmp_path):
     assert "preflight: RUN001 torch does not import" in log, log
     assert "command:" not in log
     assert time.monotonic() - t0 < 30
+
+
+# --------------------------------------------------------------------------------------------------
+# `mocompile probe --launcher slurm`: the measure loop through the plan's own batch script, on this Slurm
+# --------------------------------------------------------------------------------------------------
+def _node_python(tmp_path: Path, site: Path, step_ms: float) -> Path:
+    """The nodes' Python as the job sees it: the real interpreter with the fake packages for everything the
+    preflight and the probe ask, while `-m torch.distributed.run ... train.py` (the training, which needs GPUs)
+    writes what train.py writes: a metrics line per step, or the kernel probe's JSON."""
+    from test_probe_tune import kernel_result
+
+    kern = json.dumps(kernel_result())
+    script = tmp_path / "node-python"
+    script.write_text(
+        "#!/bin/bash\n"
+        'if [[ "$1" == "-m" && "$2" == "torch.distributed.run" ]]; then\n'
+        '  echo "node $(hostname -s): torchrun $*" >&2\n'
+        f"  if [[ -n \"${{MOCOMPILE_PROBE_KERNELS:-}}\" ]]; then echo '{kern}' > \"$MOCOMPILE_PROBE_KERNELS\"; exit 0; fi\n"
+        f'  for i in $(seq 1 25); do echo "{{\\"iteration\\": $i, \\"step_ms\\": {step_ms}}}" >> "$MOCOMPILE_METRICS"; done\n'
+        "  exit 0\n"
+        "fi\n"
+        f"PYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_probe_through_slurm_submits_the_plans_batch_script_and_fits_from_the_jobs_metrics(slurm, tmp_path):
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "pyproject.toml").write_text("")
+    site = fake_site(tmp_path / "site")
+    python = _node_python(tmp_path, site, 500.0)
+    env = dict(slurm["env"], PYTHON=str(python), PYTHONPATH=f"{ROOT / 'compiler'}")
+    proc = subprocess.run([sys.executable, "-m", "mocompile", "probe", "-o", "clusters/c.yaml", "--gpu", "h100",
+                           "--gpus-per-node", "2", "--repeats", "2", "--python", str(python), "--launcher", "slurm",
+                           "--sbatch-args", f"-w {slurm['host']}", "--format", "json"],
+                          cwd=proj, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rep = json.loads(proc.stdout)
+    assert rep["measured_ms"] == 500.0 and rep["kernels"]["gemm_scale"] == pytest.approx(0.9)
+    runs = proj / ".mocompile" / "probe" / "runs"
+    # each run is a Slurm job of the generated batch script: its output (preflight, the node's torchrun) in the log
+    for log in ("probe-1.log", "probe-2.log", "kernels.log"):
+        text = (runs / log).read_text()
+        assert "preflight: ok" in text and f"node {slurm['host']}: torchrun" in text, text
+        assert "generated/mocompile-probe/train.py" in text
+    assert (proj / ".mocompile" / "probe" / "generated" / "mocompile-probe" / "slurm.sbatch").is_file()
+    assert "host_factor:" in (proj / "clusters" / "c.yaml").read_text()
+
+
+def test_tune_through_slurm_needs_the_recipe_to_target_slurm(tmp_path):
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "pyproject.toml").write_text("")
+    recipe = proj / "r.yaml"
+    recipe.write_text((ROOT / "recipes" / "bench" / "bench-te-mid2-auto.yaml").read_text())
+    res = run_cli("tune", str(recipe), "--launcher", "slurm", "--max-plans", "1", "--repeats", "1")
+    assert res.returncode == 2 and "launch.targets has no slurm" in res.stderr

@@ -107,6 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--python", default="python3", help="the Python the launcher runs (default python3)")
     p.add_argument("--work", default=None, help="where the probe compiles and logs (default .mocompile/probe)")
     p.add_argument("--from-runs", default=None, help="fit from a probe's recorded metrics in this folder; run nothing")
+    p.add_argument("--launcher", choices=("torchrun", "slurm"), default="torchrun",
+                   help="run the plans with the generated torchrun.sh on this node (default), or submit their "
+                        "slurm.sbatch and wait (from a login node, in a folder the compute nodes see)")
+    p.add_argument("--sbatch-args", default=None, help="more sbatch options with --launcher slurm, e.g. "
+                                                         "\"--partition gpu --account me\"")
     p.add_argument("--no-kernels", action="store_true", help="skip the kernel probe (GEMMs, launch time, "
                                                              "all-to-all): the model's reference kernels stay")
     _common(p, ("auto", "text", "json"))
@@ -119,6 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=3, help="runs of each of the last two plans (default 3)")
     p.add_argument("--work", default=None, help="state, generated plans and logs (default .mocompile/tune/<recipe>)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds a run may take (default 900)")
+    p.add_argument("--launcher", choices=("torchrun", "slurm"), default="torchrun",
+                   help="run the plans with the generated torchrun.sh on this node (default), or submit their "
+                        "slurm.sbatch and wait (from a login node, in a folder the compute nodes see)")
+    p.add_argument("--sbatch-args", default=None, help="more sbatch options with --launcher slurm, e.g. "
+                                                         "\"--partition gpu --account me\"")
     p.add_argument("--write", action="store_true", help="pin the measured fastest plan's knobs in the recipe")
     _overrides(p)
     _common(p, ("auto", "text", "json"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import os
 import sys
@@ -438,9 +440,28 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from mocompile import probe
     if args.gpus_per_node < 1:
         raise UsageError("--gpus-per-node must be at least 1")
+    launcher, targets = _launcher(args)
     return _measured_report(args, lambda: probe.probe(
         args.output, args.gpu, args.gpus_per_node, args.name, args.repeats, args.iterations, args.python, args.work,
-        args.from_runs, quiet=_fmtname(args) == "json", kernel_probe=not args.no_kernels), probe.text)
+        args.from_runs, launcher=launcher, quiet=_fmtname(args) == "json", kernel_probe=not args.no_kernels,
+        targets=targets), probe.text)
+
+
+def _launcher(args: argparse.Namespace) -> tuple[Any, tuple[str, ...]]:
+    """The measuring launcher ``--launcher`` names (torchrun on this node, or the plan's Slurm batch script
+    submitted with ``--sbatch-args``) and the launch targets the measured plans need for it."""
+    import shlex
+
+    from mocompile import measure
+    if args.launcher == "slurm":
+        try:
+            extra = shlex.split(args.sbatch_args or "")
+        except ValueError as exc:
+            raise UsageError(f"--sbatch-args: {exc}") from None
+        return measure.slurm_launcher(extra), ("torchrun", "slurm")
+    if args.sbatch_args:
+        raise UsageError("--sbatch-args goes with --launcher slurm")
+    return measure.run_launcher, ("torchrun",)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -448,10 +469,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from mocompile import tune
     if args.band is not None and not 0 <= args.band <= 1:
         raise UsageError("--band is a share of the fastest predicted step, from 0 to 1 (e.g. 0.15)")
+    launcher, targets = _launcher(args)
 
     def build() -> dict:
         rep = tune.tune(args.recipe, args.sets, args.band, args.max_plans, args.iterations, args.repeats, args.work,
-                        quiet=_fmtname(args) == "json", timeout=args.timeout)
+                        launcher=launcher, quiet=_fmtname(args) == "json", timeout=args.timeout,
+                        needs_target=targets[-1])
         tune.finish(rep, args.recipe, args.sets, args.write)
         return rep
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -92,6 +94,58 @@ def run_launcher(script: str, env: dict[str, str], log: str, timeout: float) -> 
         except subprocess.TimeoutExpired:
             return 124
     return proc.returncode
+
+
+def slurm_launcher(sbatch_args: list[str] | None = None, poll: float = 1.0) -> Launcher:
+    """A launcher that submits the generated ``slurm.sbatch`` beside ``script`` (the same plan's batch script,
+    preflight included) with ``env`` exported, waits for the job (``scontrol show job``) and returns its exit
+    code; the job's output goes to ``log``. Run it from a login node of the cluster, in a project folder the
+    compute nodes see (the metrics file is written there). ``sbatch_args``: more sbatch options (partition,
+    account, nodelist...). Past ``timeout`` the job is cancelled and 124 returned."""
+    extra = list(sbatch_args or [])
+
+    def launch(script: str, env: dict[str, str], log: str, timeout: float) -> int:
+        batch = os.path.join(os.path.dirname(script), "slurm.sbatch")
+        if not os.path.isfile(batch):
+            with open(log, "w", encoding="utf-8") as fh:
+                fh.write(f"{batch}: no Slurm batch script (the plan's launch.targets lacks slurm)\n")
+            return 2
+        bad = [k for k, v in env.items() if "," in v or "=" in k]
+        if bad:  # sbatch --export splits on commas
+            with open(log, "w", encoding="utf-8") as fh:
+                fh.write(f"cannot export {bad} through sbatch --export (a comma in the value)\n")
+            return 2
+        export = "--export=ALL," + ",".join(f"{k}={v}" for k, v in env.items())
+        try:
+            sub = subprocess.run(["sbatch", "--parsable", export, f"--output={os.path.abspath(log)}", *extra, batch],
+                                 capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            with open(log, "w", encoding="utf-8") as fh:
+                fh.write(f"sbatch did not run: {exc}\n")
+            return 127
+        if sub.returncode != 0:
+            with open(log, "w", encoding="utf-8") as fh:
+                fh.write(sub.stdout + sub.stderr)
+            return sub.returncode
+        job = sub.stdout.strip().split(";")[0]
+        deadline = time.monotonic() + timeout
+        while True:
+            info = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True).stdout
+            m = re.search(r"JobState=(\S+).*?ExitCode=(\d+):(\d+)", info)
+            state = m.group(1) if m else ""
+            if state and state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING",
+                                       "SUSPENDED"):
+                return 0 if state == "COMPLETED" else (int(m.group(2)) or 1) if m else 1
+            if not info.strip():  # purged from slurmctld's memory: ask the accounting-free way, once more later
+                state = "GONE"
+            if time.monotonic() > deadline:
+                subprocess.run(["scancel", job], capture_output=True)
+                return 124
+            if state == "GONE":
+                return 1
+            time.sleep(poll)
+
+    return launch
 
 
 def measure(gen_dir: str, work: str, tag: str, timeout: float = 900.0, launcher: Launcher = run_launcher,

@@ -182,9 +182,9 @@ class Estimator:
         experts = p["experts"] * share / (ep * etp)
         grad = self.grad
         opt, emb = self.opt, (p["embedding"] / 2 / tp if pp > 1 else p["embedding"] / tp)
-        levers = {"state": self.opt_state, "offload": self.offload, "fp8_master": self.fp8_master}
-        bytes_dense = 2 + grad + state_bytes_per_param(opt, dp, emb / dense if dense else 0.0, **levers)
-        bytes_expert = 2 + grad + state_bytes_per_param(opt, edp, **levers)
+        st, off, fp8m = self.opt_state, self.offload, self.fp8_master
+        bytes_dense = 2 + grad + state_bytes_per_param(opt, dp, emb / dense if dense else 0.0, st, off, fp8m)
+        bytes_expert = 2 + grad + state_bytes_per_param(opt, edp, 0.0, st, off, fp8m)
         weights = dense * bytes_dense + experts * bytes_expert
         unfused_wgrad = 0.0
         if self.unfused:

@@ -88,7 +88,7 @@ def environment(python: str = "python3", timeout: float = 300.0) -> dict[str, An
 
 
 def intent(gpu: str, gpus_per_node: int, te: str | None, iterations: int = ITERATIONS,
-           apex: bool = False) -> dict[str, Any]:
+           apex: bool = False, targets: tuple[str, ...] = ("torchrun",)) -> dict[str, Any]:
     """The probe's intent: a small MoE model whose step the host, not the GPU, decides (many short kernels
     per layer, 64 experts), every knob pinned so that the plan does not move while the fit changes
     ``host_factor``. One micro-batch per rank and two per step, alltoall (imports everywhere)."""
@@ -107,7 +107,7 @@ def intent(gpu: str, gpus_per_node: int, te: str | None, iterations: int = ITERA
         "cuda_graphs": {"impl": "none"},
         # without Apex's fused weight-gradient kernel, gradient_accumulation_fusion must be off (preflight RUN011)
         "versions": {"transformer_engine": te or "none", **({} if apex else {"apex": "none"})},
-        "launch": {"targets": ["torchrun"]},
+        "launch": {"targets": list(targets)},
     }
 
 
@@ -295,7 +295,8 @@ def profile_yaml(name: str, host_factor: float, env: dict[str, Any], runs: list[
 def probe(output: str, gpu: str, gpus_per_node: int, name: str | None = None, repeats: int = 3,
           iterations: int = ITERATIONS, python: str = "python3", work: str | None = None,
           from_runs: str | None = None, launcher: measure.Launcher = measure.run_launcher,
-          quiet: bool = False, kernel_probe: bool = True) -> dict[str, Any]:
+          quiet: bool = False, kernel_probe: bool = True,
+          targets: tuple[str, ...] = ("torchrun",)) -> dict[str, Any]:
     """Run (or read) the probe, fit, write the profile; returns the report (text and JSON print it)."""
     from mocompile.emit.writer import write_outputs
     from mocompile.pipeline import compile_recipe
@@ -318,7 +319,8 @@ def probe(output: str, gpu: str, gpus_per_node: int, name: str | None = None, re
     te = m.group(0) if m else None  # "2.12.0+cu13" -> "2.12.0": the intent's versions take numbers only
     recipe = os.path.join(work, "probe.yaml")
     measure.write_text_atomic(recipe, "# written by mocompile probe\n" +
-                              json.dumps(intent(gpu, gpus_per_node, te, iterations, bool(env.get("apex"))), indent=1) + "\n")
+                              json.dumps(intent(gpu, gpus_per_node, te, iterations, bool(env.get("apex")), targets),
+                                                         indent=1) + "\n")
     gen = os.path.join(work, "generated")
     if from_runs is None:
         res = compile_recipe(recipe, [], [], os.path.relpath(gen, root))

@@ -155,7 +155,7 @@ def _fingerprint(recipe: str, sets: list[str], options: dict[str, Any]) -> str:
 def tune(recipe: str, sets: list[str] | None = None, band: float | None = None, max_plans: int = MAX_PLANS,
          iterations: int = ITERATIONS, repeats: int = REPEATS, work: str | None = None,
          launcher: measure.Launcher = measure.run_launcher, quiet: bool = False,
-         timeout: float = 900.0) -> dict[str, Any]:
+         timeout: float = 900.0, needs_target: str = "torchrun") -> dict[str, Any]:
     """Measure the close plans of ``recipe``; returns the report (state kept in ``work`` for resuming)."""
     from mocompile.emit.writer import write_outputs
     from mocompile.pipeline import compile_recipe
@@ -205,6 +205,9 @@ def tune(recipe: str, sets: list[str] | None = None, band: float | None = None, 
             runs.setdefault(cid, []).append(None)
             cand.setdefault("errors", []).append("; ".join(f"{d.rule}: {d.message}" for d in res.errors))
         else:
+            if needs_target not in res.plan.intent["launch"]["targets"]:
+                raise UsageError(f"{recipe}: launch.targets has no {needs_target}, which --launcher {needs_target} runs "
+                                 f"(add it: launch: {{targets: [torchrun, {needs_target}]}})")
             problem = write_outputs(gen, name, res.files, force=True)
             if problem:
                 raise UsageError(problem)
