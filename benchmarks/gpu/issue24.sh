@@ -5,7 +5,8 @@
 # offloaded to the host CPU. Each run trains ITERS iterations with MOCOMPILE_METRICS (step time, loss, peak
 # memory per step); the locks hold the estimates the report compares against.
 # Usage (repo root on the host; carry .te .whl .mcdeps):  OUT=<dir> benchmarks/gpu/issue24.sh
-# Environment: ROUNDS (2), ITERS (24), DEADLINE (480: no run starts later, in s). Setup is issue20.sh's.
+# Environment: PLANS ("fp32 bf16m offload"; also "rem": fp32-remainders), ROUNDS (2), ITERS (24), DEADLINE
+# (480: no run starts later, in s). Setup is issue20.sh's.
 # $OUT gets two files, console.log and results.tar.gz (rewritten after every run, so a call cut short keeps
 # what finished); everything else is collected in /tmp/levers/out.
 set -uo pipefail
@@ -26,8 +27,10 @@ declare -A SETS=(
   [fp32]="--set training.optimizer_state=fp32 --set training.optimizer_offload=0"
   [bf16m]="--set training.optimizer_state=bf16-moments --set training.optimizer_offload=0"
   [offload]="--set training.optimizer_state=fp32 --set training.optimizer_offload=1"
+  [rem]="--set training.optimizer_state=fp32-remainders --set training.optimizer_offload=0"
 )
-for plan in fp32 bf16m offload; do
+PLANS="${PLANS:-fp32 bf16m offload}"
+for plan in ${PLANS}; do
   # shellcheck disable=SC2086  # SETS holds --set words by design
   python3 -m mocompile compile "${RECIPE}" ${SETS[${plan}]} --set "name=lever-${plan}" --set "training.train_iters=${ITERS}" \
     --set profile=null -o /tmp/levers --force > "${W}/compile-${plan}.log" 2>&1 || { cat "${W}/compile-${plan}.log"; keep; exit 5; }
@@ -36,7 +39,7 @@ for plan in fp32 bf16m offload; do
 done
 keep
 for round in $(seq 1 "${ROUNDS}"); do
-  for plan in fp32 bf16m offload; do
+  for plan in ${PLANS}; do
     if (( SECONDS - t0 > ${DEADLINE:-480} )); then echo "issue24: deadline, ${plan} round ${round} not started"; continue; fi
     dir="/tmp/levers/runs/${plan}-${round}"; mkdir -p "${dir}"
     start=${SECONDS}

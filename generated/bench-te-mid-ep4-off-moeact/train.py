@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-off-moeact.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:98f4692034b3dc27 input sha256:d12cb254db7e0bed
+# mocompile: checksum sha256:30a731c800baa898 input sha256:d12cb254db7e0bed
 """bench-te-mid-ep4-off-moeact: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -165,6 +165,7 @@ def build_config() -> ConfigContainer:
         overlap_param_gather=True,
     )
     cfg.validation = ValidationConfig(eval_iters=0, eval_interval=None)  # mock data: no evaluation
+    cfg.rng = RNGConfig(seed=1234, te_rng_tracker=False)
     cfg.profiling = ProfilingConfig(
         use_pytorch_profiler=True,  # user: set in the recipe
         profile_step_start=26,  # user: set in the recipe
@@ -172,7 +173,6 @@ def build_config() -> ConfigContainer:
         profile_ranks=[0],  # default: schema default: rank 0 records the trace
         pytorch_profiler_collect_shapes=False,  # default: no tensor shapes (smaller traces)
     )
-    cfg.rng = RNGConfig(seed=1234, te_rng_tracker=False)
     cfg.mixed_precision = get_mixed_precision_config('bf16_mixed')
     # the precision config writes this into the DDP config at setup: set it here, not only above
     cfg.mixed_precision.grad_reduce_in_fp32 = False

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/gpt-oss-20b-h100x8-bringup.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:46c78cf2f53bbdd2 input sha256:230b3302bd208356
+# mocompile: checksum sha256:71c2188af7efac3e input sha256:230b3302bd208356
 """gpt-oss-20b-h100x8-bringup: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 GPT-OSS-20B on 8x NVIDIA H100 80GB HBM3, goal bring-up.
@@ -15,6 +15,7 @@ import json
 import os
 import time
 
+import torch
 from megatron.bridge.recipes.gpt_oss import gpt_oss_20b_pretrain_config
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.config import (
@@ -42,39 +43,53 @@ ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '8', 'NCCL_NVLS_ENABLE': '0', 'PYTHON
 
 def build_config() -> ConfigContainer:
     """Build the ConfigContainer for this plan (importable without starting training)."""
-    # Distributed Adam with cosine decay, built directly: Bridge's recipe helpers import every
-    # model family (and so optional packages such as diffusers) on first use.
-    optimizer = OptimizerConfig(
-        optimizer="adam", lr=0.0003, min_lr=3e-05, weight_decay=0.1,
-        bf16=True, fp16=False, adam_beta1=0.9, adam_beta2=0.95,
-        adam_eps=1e-8, use_distributed_optimizer=True, clip_grad=1.0,
-    )
-    scheduler = SchedulerConfig(
-        start_weight_decay=0.033, end_weight_decay=0.033, weight_decay_incr_style="constant",
-        lr_decay_style="cosine", lr_warmup_iters=2, lr_warmup_init=0.0,
-        lr_decay_iters=None, override_opt_param_scheduler=True,
-    )
-    train = TrainingConfig(
-        train_iters=20,
-        global_batch_size=64,
-        micro_batch_size=1,
-    )
-    dataset = MockGPTDatasetConfig(
-        seq_length=4096,
-        random_seed=1234,
-        split="99990,8,2",
-        dataloader_type="single",
-        num_dataset_builder_threads=1,
-        reset_attention_mask=False,
-        reset_position_ids=False,
-        eod_mask_loss=False,
-    )
-    tokenizer = TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=201088)
-    logger = LoggerConfig(log_interval=1)
-    checkpoint = CheckpointConfig(save=None, load=None)
     cfg = gpt_oss_20b_pretrain_config()  # Bridge's own recipe for GPT-OSS-20B (reads the HF config of openai/gpt-oss-20b)
-    cfg.optimizer, cfg.scheduler, cfg.train, cfg.dataset = optimizer, scheduler, train, dataset
-    cfg.tokenizer, cfg.logger, cfg.checkpoint = tokenizer, logger, checkpoint
+    # Bridge's recipe config, then only what the plan decides, field by field (each line names the decision);
+    # everything else stays the recipe's (its optimizer, DDP and data-loader options, logger, environment).
+    cfg.optimizer.use_precision_aware_optimizer = False  # training.optimizer_state fp32: default: auto: fp32 master and moments unless no plan fits
+    cfg.optimizer.main_params_dtype = torch.float32  # fp32 master
+    cfg.optimizer.exp_avg_dtype = torch.float32  # first moment
+    cfg.optimizer.exp_avg_sq_dtype = torch.float32  # second moment
+    cfg.optimizer.optimizer_cpu_offload = False  # training.optimizer_offload 0: default: auto: on the GPU unless no plan fits
+    cfg.optimizer.optimizer_offload_fraction = 0.0  # share stepped on the CPU
+    if cfg.comm_overlap is None:
+        cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=False)
+    cfg.train.train_iters = 20  # user: pinned in the recipe
+    cfg.train.global_batch_size = 64  # user: pinned in the recipe
+    cfg.train.micro_batch_size = 1  # user: pinned in the recipe
+    cfg.train.exit_signal_handler = False  # derived: nothing to save on SIGTERM
+    cfg.optimizer.bf16 = True  # default: from precision bf16
+    cfg.optimizer.fp16 = False  # default: from precision bf16
+    cfg.scheduler.lr_warmup_iters = 2  # derived: a tenth of train_iters, at most 500: the schedule fits the run's length
+    cfg.scheduler.lr_decay_iters = 20  # derived: cosine decay over the whole run (train_iters)
+    cfg.dataset.seq_length = 4096  # user: pinned in the recipe
+    cfg.dataset.random_seed = 1234  # default: schema default
+    cfg.dataset.blend = None  # derived: mock data has no blend
+    cfg.logger.log_interval = 1  # default: log every iteration
+    cfg.logger.tensorboard_dir = None  # default: no TensorBoard
+    cfg.checkpoint.save = None  # default: no checkpoint key: nothing is saved
+    cfg.checkpoint.load = None  # default: no resume directory
+    cfg.checkpoint.save_interval = None  # default: nothing is saved
+    cfg.checkpoint.ckpt_format = 'torch_dist'  # default: torch_dist: the format Bridge 0.6.2 saves and resumes without Megatron FSDP
+    cfg.checkpoint.async_save = False  # default: synchronous saves
+    cfg.checkpoint.pretrained_checkpoint = None  # default: weights start from random init
+    cfg.validation.eval_iters = 0  # derived: no evaluation: no validation batches are built
+    cfg.validation.eval_interval = None  # default: no evaluation during training
+    cfg.ddp.grad_reduce_in_fp32 = True  # goal: gradients reduced in FP32 (Megatron-Bridge's mixed-precision default)
+    cfg.ddp.use_distributed_optimizer = True  # the distributed optimizer (Muon: plain DDP); default: schema default: Megatron's distributed Adam
+    cfg.ddp.overlap_grad_reduce = True  # derived: overlap the DP gradient reduce-scatter
+    cfg.ddp.overlap_param_gather = True  # derived: follows overlap_grad_reduce
+    cfg.comm_overlap.tp_comm_overlap = False  # derived: TP communication overlap needs TE userbuffers set up for the exact shapes; mocompile does not plan it (Bridge's CommOverlapConfig.tp_comm_overlap)
+    cfg.comm_overlap.overlap_moe_expert_parallel_comm = False  # goal: goal bring-up: no EP overlap (it keeps one more micro-batch of activations alive)
+    cfg.comm_overlap.delay_wgrad_compute = False  # goal: part of the chosen plan (3.30 s/step; see tensor_model_parallel_size)
+    cfg.comm_overlap.overlap_p2p_comm = False  # derived: no interleaved pipeline
+    cfg.comm_overlap.batch_p2p_comm = False  # derived: not needed
+    cfg.comm_overlap.overlap_grad_reduce = True  # derived: overlap the DP gradient reduce-scatter
+    cfg.comm_overlap.overlap_param_gather = True  # derived: follows overlap_grad_reduce
+    cfg.rng.seed = 1234  # default: schema default
+    cfg.rng.te_rng_tracker = False  # derived: no graphs
+    # mock data: no tokenizer files (nothing downloaded at start-up)
+    cfg.tokenizer = TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=201088)
     model = cfg.model
     model.seq_length = 4096  # training.seq_length
     model.tensor_model_parallel_size = 1  # goal: simplest legal plan (alltoall, no overlap, no graphs, least model parallelism): 3.30 s/step, 228 TFLOPS/GPU, 73.0 GiB (of 19 candidates scored)
@@ -110,28 +125,10 @@ def build_config() -> ConfigContainer:
     model.account_for_loss_in_pipeline_split = False  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
-    cfg.comm_overlap = CommOverlapConfig(
-        tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=False,  # goal: goal bring-up: no EP overlap (it keeps one more micro-batch of activations alive)
-        delay_wgrad_compute=False,  # goal: part of the chosen plan (3.30 s/step; see tensor_model_parallel_size)
-        overlap_p2p_comm=False,  # derived: no interleaved pipeline
-        batch_p2p_comm=False,  # derived: not needed
-        overlap_grad_reduce=True,  # derived: overlap the DP gradient reduce-scatter
-        overlap_param_gather=True,  # derived: follows overlap_grad_reduce
-    )
-    cfg.ddp = DistributedDataParallelConfig(
-        check_for_nan_in_grad=True,
-        grad_reduce_in_fp32=True,  # goal: gradients reduced in FP32 (Megatron-Bridge's mixed-precision default)
-        use_distributed_optimizer=True,
-        overlap_grad_reduce=True,
-        overlap_param_gather=True,
-    )
-    cfg.validation = ValidationConfig(eval_iters=0, eval_interval=None)  # mock data: no evaluation
-    cfg.rng = RNGConfig(seed=1234, te_rng_tracker=False)
     cfg.mixed_precision = get_mixed_precision_config('bf16_mixed')
     # the precision config writes this into the DDP config at setup: set it here, not only above
     cfg.mixed_precision.grad_reduce_in_fp32 = True
-    cfg.env_vars = dict(ENV_VARS)
+    cfg.env_vars = {**(cfg.env_vars or {}), **ENV_VARS}  # the recipe's environment, the plan's block on top
     check_plan(cfg)
     return cfg
 

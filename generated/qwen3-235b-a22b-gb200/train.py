@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-235b-a22b-gb200.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:09c5e5ddd2fc4c5c input sha256:c862d18dba0b3c94
+# mocompile: checksum sha256:259958ac8c073677 input sha256:c862d18dba0b3c94
 """qwen3-235b-a22b-gb200: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-235B-A22B on 128x NVIDIA GB200 NVL72, goal throughput.
@@ -15,6 +15,7 @@ import json
 import os
 import time
 
+import torch
 from megatron.bridge.recipes.qwen import qwen3_235b_a22b_pretrain_config
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.config import (
@@ -43,41 +44,55 @@ ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_GRAPH_REGISTER': '0', 'NC
 
 def build_config() -> ConfigContainer:
     """Build the ConfigContainer for this plan (importable without starting training)."""
-    # Distributed Adam with cosine decay, built directly: Bridge's recipe helpers import every
-    # model family (and so optional packages such as diffusers) on first use.
-    optimizer = OptimizerConfig(
-        optimizer="adam", lr=0.0003, min_lr=3e-05, weight_decay=0.1,
-        bf16=True, fp16=False, adam_beta1=0.9, adam_beta2=0.95,
-        adam_eps=1e-8, use_distributed_optimizer=True, clip_grad=1.0,
-    )
-    scheduler = SchedulerConfig(
-        start_weight_decay=0.033, end_weight_decay=0.033, weight_decay_incr_style="constant",
-        lr_decay_style="cosine", lr_warmup_iters=10, lr_warmup_init=0.0,
-        lr_decay_iters=None, override_opt_param_scheduler=True,
-    )
-    train = TrainingConfig(
-        train_iters=100,
-        global_batch_size=2048,
-        micro_batch_size=1,
-        manual_gc=True,  # goal: Bridge perf_recipes/_common.py::_benchmark_common: Python GC only every 100 steps, never inside a step (the GC pauses it removes are a cause of step-time jitter)
-        manual_gc_interval=100,  # goal: Bridge perf_recipes/_common.py::_benchmark_common
-    )
-    dataset = MockGPTDatasetConfig(
-        seq_length=4096,
-        random_seed=1234,
-        split="99990,8,2",
-        dataloader_type="single",
-        num_dataset_builder_threads=1,
-        reset_attention_mask=False,
-        reset_position_ids=False,
-        eod_mask_loss=False,
-    )
-    tokenizer = TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=151936)
-    logger = LoggerConfig(log_interval=1)
-    checkpoint = CheckpointConfig(save=None, load=None)
     cfg = qwen3_235b_a22b_pretrain_config()  # Bridge's own recipe for Qwen3-235B-A22B (reads the HF config of Qwen/Qwen3-235B-A22B)
-    cfg.optimizer, cfg.scheduler, cfg.train, cfg.dataset = optimizer, scheduler, train, dataset
-    cfg.tokenizer, cfg.logger, cfg.checkpoint = tokenizer, logger, checkpoint
+    # Bridge's recipe config, then only what the plan decides, field by field (each line names the decision);
+    # everything else stays the recipe's (its optimizer, DDP and data-loader options, logger, environment).
+    cfg.optimizer.use_precision_aware_optimizer = False  # training.optimizer_state fp32: default: auto: fp32 master and moments unless no plan fits
+    cfg.optimizer.main_params_dtype = torch.float32  # fp32 master
+    cfg.optimizer.exp_avg_dtype = torch.float32  # first moment
+    cfg.optimizer.exp_avg_sq_dtype = torch.float32  # second moment
+    cfg.optimizer.optimizer_cpu_offload = False  # training.optimizer_offload 0: default: auto: on the GPU unless no plan fits
+    cfg.optimizer.optimizer_offload_fraction = 0.0  # share stepped on the CPU
+    if cfg.comm_overlap is None:
+        cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=False)
+    cfg.train.train_iters = 100  # default: schema default
+    cfg.train.global_batch_size = 2048  # user: pinned in the recipe
+    cfg.train.micro_batch_size = 1  # user: pinned in the recipe
+    cfg.train.exit_signal_handler = False  # derived: nothing to save on SIGTERM
+    cfg.train.manual_gc = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: Python GC only every 100 steps, never inside a step (the GC pauses it removes are a cause of step-time jitter)
+    cfg.train.manual_gc_interval = 100  # goal: Bridge perf_recipes/_common.py::_benchmark_common
+    cfg.optimizer.bf16 = True  # default: from precision bf16
+    cfg.optimizer.fp16 = False  # default: from precision bf16
+    cfg.scheduler.lr_warmup_iters = 10  # derived: a tenth of train_iters, at most 500: the schedule fits the run's length
+    cfg.scheduler.lr_decay_iters = 100  # derived: cosine decay over the whole run (train_iters)
+    cfg.dataset.seq_length = 4096  # user: pinned in the recipe
+    cfg.dataset.random_seed = 1234  # default: schema default
+    cfg.dataset.blend = None  # derived: mock data has no blend
+    cfg.logger.log_interval = 1  # default: log every iteration
+    cfg.logger.tensorboard_dir = None  # default: no TensorBoard
+    cfg.checkpoint.save = None  # default: no checkpoint key: nothing is saved
+    cfg.checkpoint.load = None  # default: no resume directory
+    cfg.checkpoint.save_interval = None  # default: nothing is saved
+    cfg.checkpoint.ckpt_format = 'torch_dist'  # default: torch_dist: the format Bridge 0.6.2 saves and resumes without Megatron FSDP
+    cfg.checkpoint.async_save = False  # default: synchronous saves
+    cfg.checkpoint.pretrained_checkpoint = None  # default: weights start from random init
+    cfg.validation.eval_iters = 0  # derived: no evaluation: no validation batches are built
+    cfg.validation.eval_interval = None  # default: no evaluation during training
+    cfg.ddp.grad_reduce_in_fp32 = False  # goal: Bridge perf_recipes/_common.py::_benchmark_common: gradients reduced in BF16 (half the DP traffic)
+    cfg.ddp.use_distributed_optimizer = True  # the distributed optimizer (Muon: plain DDP); default: schema default: Megatron's distributed Adam
+    cfg.ddp.overlap_grad_reduce = True  # derived: overlap the DP gradient reduce-scatter
+    cfg.ddp.overlap_param_gather = True  # derived: follows overlap_grad_reduce
+    cfg.comm_overlap.tp_comm_overlap = False  # derived: TP communication overlap needs TE userbuffers set up for the exact shapes; mocompile does not plan it (Bridge's CommOverlapConfig.tp_comm_overlap)
+    cfg.comm_overlap.overlap_moe_expert_parallel_comm = False  # goal: part of the chosen plan (19.19 s/step; see tensor_model_parallel_size); overlap on: illegal or does not fit
+    cfg.comm_overlap.delay_wgrad_compute = False  # goal: part of the chosen plan (19.19 s/step; see tensor_model_parallel_size)
+    cfg.comm_overlap.overlap_p2p_comm = False  # derived: no interleaved pipeline
+    cfg.comm_overlap.batch_p2p_comm = True  # derived: plain pipeline: batched p2p
+    cfg.comm_overlap.overlap_grad_reduce = True  # derived: overlap the DP gradient reduce-scatter
+    cfg.comm_overlap.overlap_param_gather = True  # derived: follows overlap_grad_reduce
+    cfg.rng.seed = 1234  # default: schema default
+    cfg.rng.te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker
+    # mock data: no tokenizer files (nothing downloaded at start-up)
+    cfg.tokenizer = TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=151936)
     model = cfg.model
     model.seq_length = 4096  # training.seq_length
     model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 19.19 s/step, 507 TFLOPS/GPU, 127.3 GiB (of 552 candidates scored); the tuned recipe Bridge ships (qwen3_235b_a22b_pretrain_64gpu_gb200_bf16_config)
@@ -113,28 +128,10 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     # Bridge's own helper sets the flex dispatcher and clears shared-expert overlap.
     apply_flex_dispatcher_backend(model, 'hybridep')  # goal: part of the chosen plan (19.19 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall +1.10 s
-    cfg.comm_overlap = CommOverlapConfig(
-        tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (19.19 s/step; see tensor_model_parallel_size); overlap on: illegal or does not fit
-        delay_wgrad_compute=False,  # goal: part of the chosen plan (19.19 s/step; see tensor_model_parallel_size)
-        overlap_p2p_comm=False,  # derived: no interleaved pipeline
-        batch_p2p_comm=True,  # derived: plain pipeline: batched p2p
-        overlap_grad_reduce=True,  # derived: overlap the DP gradient reduce-scatter
-        overlap_param_gather=True,  # derived: follows overlap_grad_reduce
-    )
-    cfg.ddp = DistributedDataParallelConfig(
-        check_for_nan_in_grad=True,
-        grad_reduce_in_fp32=False,  # goal: Bridge perf_recipes/_common.py::_benchmark_common: gradients reduced in BF16 (half the DP traffic)
-        use_distributed_optimizer=True,
-        overlap_grad_reduce=True,
-        overlap_param_gather=True,
-    )
-    cfg.validation = ValidationConfig(eval_iters=0, eval_interval=None)  # mock data: no evaluation
-    cfg.rng = RNGConfig(seed=1234, te_rng_tracker=True)
     cfg.mixed_precision = get_mixed_precision_config('bf16_mixed')
     # the precision config writes this into the DDP config at setup: set it here, not only above
     cfg.mixed_precision.grad_reduce_in_fp32 = False
-    cfg.env_vars = dict(ENV_VARS)
+    cfg.env_vars = {**(cfg.env_vars or {}), **ENV_VARS}  # the recipe's environment, the plan's block on top
     check_plan(cfg)
     return cfg
 

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-30b-a3b-h100x16-hybridep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:ec7a5a3545268458 input sha256:200cdf263ab29b58
+# mocompile: checksum sha256:c097b8ca22690036 input sha256:200cdf263ab29b58
 """qwen3-30b-a3b-h100x16-hybridep: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-30B-A3B on 16x NVIDIA H100 80GB HBM3, goal throughput.
@@ -15,6 +15,7 @@ import json
 import os
 import time
 
+import torch
 from megatron.bridge.recipes.qwen import qwen3_30b_a3b_pretrain_config
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.config import (
@@ -43,41 +44,56 @@ ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_GRAPH_REGISTER': '0', 'NC
 
 def build_config() -> ConfigContainer:
     """Build the ConfigContainer for this plan (importable without starting training)."""
-    # Distributed Adam with cosine decay, built directly: Bridge's recipe helpers import every
-    # model family (and so optional packages such as diffusers) on first use.
-    optimizer = OptimizerConfig(
-        optimizer="adam", lr=0.0003, min_lr=3e-05, weight_decay=0.1,
-        bf16=True, fp16=False, adam_beta1=0.9, adam_beta2=0.95,
-        adam_eps=1e-8, use_distributed_optimizer=True, clip_grad=1.0,
-    )
-    scheduler = SchedulerConfig(
-        start_weight_decay=0.033, end_weight_decay=0.033, weight_decay_incr_style="constant",
-        lr_decay_style="cosine", lr_warmup_iters=10, lr_warmup_init=0.0,
-        lr_decay_iters=None, override_opt_param_scheduler=True,
-    )
-    train = TrainingConfig(
-        train_iters=100,
-        global_batch_size=1024,
-        micro_batch_size=1,
-        manual_gc=True,  # goal: Bridge perf_recipes/_common.py::_benchmark_common: Python GC only every 100 steps, never inside a step (the GC pauses it removes are a cause of step-time jitter)
-        manual_gc_interval=100,  # goal: Bridge perf_recipes/_common.py::_benchmark_common
-    )
-    dataset = MockGPTDatasetConfig(
-        seq_length=4096,
-        random_seed=1234,
-        split="99990,8,2",
-        dataloader_type="single",
-        num_dataset_builder_threads=1,
-        reset_attention_mask=False,
-        reset_position_ids=False,
-        eod_mask_loss=False,
-    )
-    tokenizer = TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=151936)
-    logger = LoggerConfig(log_interval=1)
-    checkpoint = CheckpointConfig(save=None, load=None)
     cfg = qwen3_30b_a3b_pretrain_config()  # Bridge's own recipe for Qwen3-30B-A3B (reads the HF config of Qwen/Qwen3-30B-A3B)
-    cfg.optimizer, cfg.scheduler, cfg.train, cfg.dataset = optimizer, scheduler, train, dataset
-    cfg.tokenizer, cfg.logger, cfg.checkpoint = tokenizer, logger, checkpoint
+    # Bridge's recipe config, then only what the plan decides, field by field (each line names the decision);
+    # everything else stays the recipe's (its optimizer, DDP and data-loader options, logger, environment).
+    cfg.optimizer.use_precision_aware_optimizer = True  # training.optimizer_state fp32-remainders: model: Bridge's recipe qwen3_30b_a3b_pretrain_config builds its optimizer this way (use_precision_aware_optimizer and its dtypes; train.py keeps it); the memory estimate follows
+    cfg.optimizer.main_params_dtype = torch.float32  # fp32 master, stored as remainders
+    cfg.optimizer.store_param_remainders = True  # the 16 bits the bf16 weight lacks
+    cfg.optimizer.exp_avg_dtype = torch.float32  # first moment
+    cfg.optimizer.exp_avg_sq_dtype = torch.float32  # second moment
+    cfg.optimizer.optimizer_cpu_offload = False  # training.optimizer_offload 0: default: auto: on the GPU unless no plan fits
+    cfg.optimizer.optimizer_offload_fraction = 0.0  # share stepped on the CPU
+    if cfg.comm_overlap is None:
+        cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=False)
+    cfg.train.train_iters = 100  # user: pinned in the recipe
+    cfg.train.global_batch_size = 1024  # user: pinned in the recipe
+    cfg.train.micro_batch_size = 1  # user: pinned in the recipe
+    cfg.train.exit_signal_handler = False  # derived: nothing to save on SIGTERM
+    cfg.train.manual_gc = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: Python GC only every 100 steps, never inside a step (the GC pauses it removes are a cause of step-time jitter)
+    cfg.train.manual_gc_interval = 100  # goal: Bridge perf_recipes/_common.py::_benchmark_common
+    cfg.optimizer.bf16 = True  # user: from precision bf16
+    cfg.optimizer.fp16 = False  # user: from precision bf16
+    cfg.scheduler.lr_warmup_iters = 10  # derived: a tenth of train_iters, at most 500: the schedule fits the run's length
+    cfg.scheduler.lr_decay_iters = 100  # derived: cosine decay over the whole run (train_iters)
+    cfg.dataset.seq_length = 4096  # user: pinned in the recipe
+    cfg.dataset.random_seed = 1234  # default: schema default
+    cfg.dataset.blend = None  # derived: mock data has no blend
+    cfg.logger.log_interval = 1  # default: log every iteration
+    cfg.logger.tensorboard_dir = None  # default: no TensorBoard
+    cfg.checkpoint.save = None  # default: no checkpoint key: nothing is saved
+    cfg.checkpoint.load = None  # default: no resume directory
+    cfg.checkpoint.save_interval = None  # default: nothing is saved
+    cfg.checkpoint.ckpt_format = 'torch_dist'  # default: torch_dist: the format Bridge 0.6.2 saves and resumes without Megatron FSDP
+    cfg.checkpoint.async_save = False  # default: synchronous saves
+    cfg.checkpoint.pretrained_checkpoint = None  # default: weights start from random init
+    cfg.validation.eval_iters = 0  # derived: no evaluation: no validation batches are built
+    cfg.validation.eval_interval = None  # default: no evaluation during training
+    cfg.ddp.grad_reduce_in_fp32 = False  # goal: Bridge perf_recipes/_common.py::_benchmark_common: gradients reduced in BF16 (half the DP traffic)
+    cfg.ddp.use_distributed_optimizer = True  # the distributed optimizer (Muon: plain DDP); default: schema default: Megatron's distributed Adam
+    cfg.ddp.overlap_grad_reduce = True  # derived: overlap the DP gradient reduce-scatter
+    cfg.ddp.overlap_param_gather = True  # derived: follows overlap_grad_reduce
+    cfg.comm_overlap.tp_comm_overlap = False  # derived: TP communication overlap needs TE userbuffers set up for the exact shapes; mocompile does not plan it (Bridge's CommOverlapConfig.tp_comm_overlap)
+    cfg.comm_overlap.overlap_moe_expert_parallel_comm = True  # user: pinned in the recipe
+    cfg.comm_overlap.delay_wgrad_compute = False  # user: pinned in the recipe
+    cfg.comm_overlap.overlap_p2p_comm = False  # derived: no interleaved pipeline
+    cfg.comm_overlap.batch_p2p_comm = False  # derived: not needed
+    cfg.comm_overlap.overlap_grad_reduce = True  # derived: overlap the DP gradient reduce-scatter
+    cfg.comm_overlap.overlap_param_gather = True  # derived: follows overlap_grad_reduce
+    cfg.rng.seed = 1234  # default: schema default
+    cfg.rng.te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker
+    # mock data: no tokenizer files (nothing downloaded at start-up)
+    cfg.tokenizer = TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=151936)
     model = cfg.model
     model.seq_length = 4096  # training.seq_length
     model.tensor_model_parallel_size = 1  # user: pinned in the recipe
@@ -92,10 +108,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default [OVL010]
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = None  # goal: lightest recompute that fits: 69.6 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 69.6 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 69.6 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 69.6 GiB <= 74 GiB usable
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 66.0 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 66.0 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 66.0 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 66.0 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (29.35 s/step; see tensor_model_parallel_size); no graphs: +32 ms
     model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: part of the chosen plan (29.35 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker
@@ -113,28 +129,10 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     # Bridge's own helper sets the flex dispatcher and clears shared-expert overlap.
     apply_flex_dispatcher_backend(model, 'hybridep')  # user: pinned in the recipe
-    cfg.comm_overlap = CommOverlapConfig(
-        tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=True,  # user: pinned in the recipe
-        delay_wgrad_compute=False,  # user: pinned in the recipe
-        overlap_p2p_comm=False,  # derived: no interleaved pipeline
-        batch_p2p_comm=False,  # derived: not needed
-        overlap_grad_reduce=True,  # derived: overlap the DP gradient reduce-scatter
-        overlap_param_gather=True,  # derived: follows overlap_grad_reduce
-    )
-    cfg.ddp = DistributedDataParallelConfig(
-        check_for_nan_in_grad=True,
-        grad_reduce_in_fp32=False,  # goal: Bridge perf_recipes/_common.py::_benchmark_common: gradients reduced in BF16 (half the DP traffic)
-        use_distributed_optimizer=True,
-        overlap_grad_reduce=True,
-        overlap_param_gather=True,
-    )
-    cfg.validation = ValidationConfig(eval_iters=0, eval_interval=None)  # mock data: no evaluation
-    cfg.rng = RNGConfig(seed=1234, te_rng_tracker=True)
     cfg.mixed_precision = get_mixed_precision_config('bf16_mixed')
     # the precision config writes this into the DDP config at setup: set it here, not only above
     cfg.mixed_precision.grad_reduce_in_fp32 = False
-    cfg.env_vars = dict(ENV_VARS)
+    cfg.env_vars = {**(cfg.env_vars or {}), **ENV_VARS}  # the recipe's environment, the plan's block on top
     check_plan(cfg)
     return cfg
 

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-30b-a3b-h100x8-fit.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:1d5c63a80caaf316 input sha256:9f88ae4b995acb74
+# mocompile: checksum sha256:92ae29228a8deafe input sha256:9f88ae4b995acb74
 """qwen3-30b-a3b-h100x8-fit: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-30B-A3B on 8x NVIDIA H100 80GB HBM3, goal fit.
@@ -15,6 +15,7 @@ import json
 import os
 import time
 
+import torch
 from megatron.bridge.recipes.qwen import qwen3_30b_a3b_pretrain_config
 from megatron.bridge.training.comm_overlap import CommOverlapConfig
 from megatron.bridge.training.config import (
@@ -34,7 +35,7 @@ from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
-PLANNED = {'seq_length': 8192, 'tensor_model_parallel_size': 8, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 8, 'expert_tensor_parallel_size': 1, 'sequence_parallel': True, 'moe_token_dispatcher_type': 'alltoall', 'moe_flex_dispatcher_backend': None, 'moe_flex_dispatcher_num_sms': None, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': 'selective', 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': ['layernorm', 'moe', 'core_attn'], 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': False, 'cross_entropy_fusion_impl': 'native', 'moe_permute_fusion': False, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None}
+PLANNED = {'seq_length': 8192, 'tensor_model_parallel_size': 4, 'pipeline_model_parallel_size': 2, 'virtual_pipeline_model_parallel_size': 2, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 4, 'expert_tensor_parallel_size': 1, 'sequence_parallel': True, 'moe_token_dispatcher_type': 'alltoall', 'moe_flex_dispatcher_backend': None, 'moe_flex_dispatcher_num_sms': None, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': 'selective', 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': ['layernorm', 'moe', 'core_attn'], 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': False, 'cross_entropy_fusion_impl': 'native', 'moe_permute_fusion': False, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None}
 
 # The launch environment this plan was compiled for (launchers export the same block).
 ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '1', 'NCCL_NVLS_ENABLE': '0', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'}
@@ -42,61 +43,76 @@ ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '1', 'NCCL_NVLS_ENABLE': '0', 'PYTHON
 
 def build_config() -> ConfigContainer:
     """Build the ConfigContainer for this plan (importable without starting training)."""
-    # Distributed Adam with cosine decay, built directly: Bridge's recipe helpers import every
-    # model family (and so optional packages such as diffusers) on first use.
-    optimizer = OptimizerConfig(
-        optimizer="adam", lr=0.0003, min_lr=3e-05, weight_decay=0.1,
-        bf16=True, fp16=False, adam_beta1=0.9, adam_beta2=0.95,
-        adam_eps=1e-8, use_distributed_optimizer=True, clip_grad=1.0,
-    )
-    scheduler = SchedulerConfig(
-        start_weight_decay=0.033, end_weight_decay=0.033, weight_decay_incr_style="constant",
-        lr_decay_style="cosine", lr_warmup_iters=10, lr_warmup_init=0.0,
-        lr_decay_iters=None, override_opt_param_scheduler=True,
-    )
-    train = TrainingConfig(
-        train_iters=100,
-        global_batch_size=256,
-        micro_batch_size=2,
-    )
-    dataset = MockGPTDatasetConfig(
-        seq_length=8192,
-        random_seed=1234,
-        split="99990,8,2",
-        dataloader_type="single",
-        num_dataset_builder_threads=1,
-        reset_attention_mask=False,
-        reset_position_ids=False,
-        eod_mask_loss=False,
-    )
-    tokenizer = TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=151936)
-    logger = LoggerConfig(log_interval=1)
-    checkpoint = CheckpointConfig(save=None, load=None)
     cfg = qwen3_30b_a3b_pretrain_config()  # Bridge's own recipe for Qwen3-30B-A3B (reads the HF config of Qwen/Qwen3-30B-A3B)
-    cfg.optimizer, cfg.scheduler, cfg.train, cfg.dataset = optimizer, scheduler, train, dataset
-    cfg.tokenizer, cfg.logger, cfg.checkpoint = tokenizer, logger, checkpoint
+    # Bridge's recipe config, then only what the plan decides, field by field (each line names the decision);
+    # everything else stays the recipe's (its optimizer, DDP and data-loader options, logger, environment).
+    cfg.optimizer.use_precision_aware_optimizer = True  # training.optimizer_state fp32-remainders: model: Bridge's recipe qwen3_30b_a3b_pretrain_config builds its optimizer this way (use_precision_aware_optimizer and its dtypes; train.py keeps it); the memory estimate follows
+    cfg.optimizer.main_params_dtype = torch.float32  # fp32 master, stored as remainders
+    cfg.optimizer.store_param_remainders = True  # the 16 bits the bf16 weight lacks
+    cfg.optimizer.exp_avg_dtype = torch.float32  # first moment
+    cfg.optimizer.exp_avg_sq_dtype = torch.float32  # second moment
+    cfg.optimizer.optimizer_cpu_offload = False  # training.optimizer_offload 0: default: auto: on the GPU unless no plan fits
+    cfg.optimizer.optimizer_offload_fraction = 0.0  # share stepped on the CPU
+    if cfg.comm_overlap is None:
+        cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=False)
+    cfg.train.train_iters = 100  # default: schema default
+    cfg.train.global_batch_size = 256  # user: pinned in the recipe
+    cfg.train.micro_batch_size = 2  # user: pinned in the recipe
+    cfg.train.exit_signal_handler = False  # derived: nothing to save on SIGTERM
+    cfg.optimizer.bf16 = True  # default: from precision bf16
+    cfg.optimizer.fp16 = False  # default: from precision bf16
+    cfg.scheduler.lr_warmup_iters = 10  # derived: a tenth of train_iters, at most 500: the schedule fits the run's length
+    cfg.scheduler.lr_decay_iters = 100  # derived: cosine decay over the whole run (train_iters)
+    cfg.dataset.seq_length = 8192  # user: pinned in the recipe
+    cfg.dataset.random_seed = 1234  # default: schema default
+    cfg.dataset.blend = None  # derived: mock data has no blend
+    cfg.logger.log_interval = 1  # default: log every iteration
+    cfg.logger.tensorboard_dir = None  # default: no TensorBoard
+    cfg.checkpoint.save = None  # default: no checkpoint key: nothing is saved
+    cfg.checkpoint.load = None  # default: no resume directory
+    cfg.checkpoint.save_interval = None  # default: nothing is saved
+    cfg.checkpoint.ckpt_format = 'torch_dist'  # default: torch_dist: the format Bridge 0.6.2 saves and resumes without Megatron FSDP
+    cfg.checkpoint.async_save = False  # default: synchronous saves
+    cfg.checkpoint.pretrained_checkpoint = None  # default: weights start from random init
+    cfg.validation.eval_iters = 0  # derived: no evaluation: no validation batches are built
+    cfg.validation.eval_interval = None  # default: no evaluation during training
+    cfg.ddp.grad_reduce_in_fp32 = True  # goal: gradients reduced in FP32 (Megatron-Bridge's mixed-precision default)
+    cfg.ddp.use_distributed_optimizer = True  # the distributed optimizer (Muon: plain DDP); default: schema default: Megatron's distributed Adam
+    cfg.ddp.overlap_grad_reduce = False  # derived: no data parallelism
+    cfg.ddp.overlap_param_gather = False  # derived: follows overlap_grad_reduce
+    cfg.comm_overlap.tp_comm_overlap = False  # derived: TP communication overlap needs TE userbuffers set up for the exact shapes; mocompile does not plan it (Bridge's CommOverlapConfig.tp_comm_overlap)
+    cfg.comm_overlap.overlap_moe_expert_parallel_comm = False  # goal: goal fit: no EP overlap (it keeps one more micro-batch of activations alive)
+    cfg.comm_overlap.delay_wgrad_compute = False  # goal: part of the chosen plan (48.57 s/step; see tensor_model_parallel_size)
+    cfg.comm_overlap.overlap_p2p_comm = True  # derived: interleaved pipeline: overlap p2p (Bridge's derivation)
+    cfg.comm_overlap.batch_p2p_comm = False  # derived: not needed
+    cfg.comm_overlap.overlap_grad_reduce = False  # derived: no data parallelism
+    cfg.comm_overlap.overlap_param_gather = False  # derived: follows overlap_grad_reduce
+    cfg.rng.seed = 1234  # default: schema default
+    cfg.rng.te_rng_tracker = False  # derived: no graphs
+    # mock data: no tokenizer files (nothing downloaded at start-up)
+    cfg.tokenizer = TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=151936)
     model = cfg.model
     model.seq_length = 8192  # training.seq_length
-    model.tensor_model_parallel_size = 8  # goal: lowest predicted memory, then fastest: 52.03 s/step, 141 TFLOPS/GPU, 68.3 GiB (of 57 candidates scored)
-    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (52.03 s/step; see tensor_model_parallel_size)
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (52.03 s/step; see tensor_model_parallel_size)
+    model.tensor_model_parallel_size = 4  # goal: lowest predicted memory, then fastest: 48.57 s/step, 151 TFLOPS/GPU, 63.3 GiB (of 70 candidates scored)
+    model.pipeline_model_parallel_size = 2  # goal: part of the chosen plan (48.57 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = 2  # goal: part of the chosen plan (48.57 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
-    model.context_parallel_size = 1  # goal: part of the chosen plan (52.03 s/step; see tensor_model_parallel_size)
-    model.expert_model_parallel_size = 8  # goal: part of the chosen plan (52.03 s/step; see tensor_model_parallel_size)
-    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (52.03 s/step; see tensor_model_parallel_size)
-    model.sequence_parallel = True  # goal: part of the chosen plan (52.03 s/step; see tensor_model_parallel_size)
-    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (52.03 s/step; see tensor_model_parallel_size)
-    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (52.03 s/step; see tensor_model_parallel_size)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (48.57 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 4  # goal: part of the chosen plan (48.57 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (48.57 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = True  # goal: part of the chosen plan (48.57 s/step; see tensor_model_parallel_size)
+    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (48.57 s/step; see tensor_model_parallel_size)
+    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (48.57 s/step; see tensor_model_parallel_size)
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = 'selective'  # goal: lightest recompute that fits: 68.3 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 68.3 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 68.3 GiB <= 74 GiB usable
-    model.recompute_modules = ['layernorm', 'moe', 'core_attn']  # goal: lightest recompute that fits: 68.3 GiB <= 74 GiB usable
-    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (52.03 s/step; see tensor_model_parallel_size)
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (52.03 s/step; see tensor_model_parallel_size)
+    model.recompute_granularity = 'selective'  # goal: lightest recompute that fits: 63.3 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 63.3 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 63.3 GiB <= 74 GiB usable
+    model.recompute_modules = ['layernorm', 'moe', 'core_attn']  # goal: lightest recompute that fits: 63.3 GiB <= 74 GiB usable
+    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (48.57 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (48.57 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (qwen3-30b-a3b)
     model.apply_rope_fusion = False  # goal: goal fit: Megatron's default
@@ -110,28 +126,10 @@ def build_config() -> ConfigContainer:
     model.account_for_loss_in_pipeline_split = False  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
-    cfg.comm_overlap = CommOverlapConfig(
-        tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=False,  # goal: goal fit: no EP overlap (it keeps one more micro-batch of activations alive)
-        delay_wgrad_compute=False,  # goal: part of the chosen plan (52.03 s/step; see tensor_model_parallel_size)
-        overlap_p2p_comm=False,  # derived: no interleaved pipeline
-        batch_p2p_comm=False,  # derived: not needed
-        overlap_grad_reduce=False,  # derived: no data parallelism
-        overlap_param_gather=False,  # derived: follows overlap_grad_reduce
-    )
-    cfg.ddp = DistributedDataParallelConfig(
-        check_for_nan_in_grad=True,
-        grad_reduce_in_fp32=True,  # goal: gradients reduced in FP32 (Megatron-Bridge's mixed-precision default)
-        use_distributed_optimizer=True,
-        overlap_grad_reduce=False,
-        overlap_param_gather=False,
-    )
-    cfg.validation = ValidationConfig(eval_iters=0, eval_interval=None)  # mock data: no evaluation
-    cfg.rng = RNGConfig(seed=1234, te_rng_tracker=False)
     cfg.mixed_precision = get_mixed_precision_config('bf16_mixed')
     # the precision config writes this into the DDP config at setup: set it here, not only above
     cfg.mixed_precision.grad_reduce_in_fp32 = True
-    cfg.env_vars = dict(ENV_VARS)
+    cfg.env_vars = {**(cfg.env_vars or {}), **ENV_VARS}  # the recipe's environment, the plan's block on top
     check_plan(cfg)
     return cfg
 
@@ -204,7 +202,7 @@ def probe_kernels(path: str) -> None:
         return statistics.median(start.elapsed_time(end) for start, end in marks) * 1e3  # microseconds
 
     gemm = []
-    for what, m, n, k in [('reference', 8192, 8192, 8192), ('attention qkv', 16384, 640, 2048), ('expert fc1', 1024, 1536, 2048), ('expert fc2', 1024, 2048, 768)]:
+    for what, m, n, k in [('reference', 8192, 8192, 8192), ('attention qkv', 16384, 1280, 2048), ('expert fc1', 1024, 1536, 2048), ('expert fc2', 1024, 2048, 768)]:
         a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
         b = torch.randn(k, n, device=dev, dtype=torch.bfloat16)
         us = timed(lambda: a @ b, reps=20, warm=5)

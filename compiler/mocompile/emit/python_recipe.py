@@ -132,24 +132,118 @@ def training_io(plan: Plan) -> dict[str, Any]:
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}  # torch dtype names (the template prints torch.<name>)
 
 
-def optimizer_levers(plan: Plan) -> list[dict[str, Any]]:
-    """Adam's memory levers as Megatron-Core OptimizerConfig fields (values are code: torch dtypes, numbers)."""
+def optimizer_levers(plan: Plan, explicit: bool = False) -> list[dict[str, Any]]:
+    """Adam's memory levers as Megatron-Core OptimizerConfig fields. ``explicit`` (onto a Bridge recipe's
+    optimizer, which may have its own): every field, fp32 state included; else only what differs from
+    OptimizerConfig's defaults."""
+    if plan.get("optimizer") == "muon":
+        return []
     state = plan.get("optimizer_state") or "fp32"
     share = float(plan.get("optimizer_offload_fraction") or 0.0)
     out: list[dict[str, Any]] = []
-    if state != "fp32":
-        why = _comment(plan.settings["optimizer_state"])
+    why = _comment(plan.settings["optimizer_state"]) if "optimizer_state" in plan.settings else "fp32"
+    if state != "fp32" or explicit:
         moments = DTYPES["bf16" if state == "bf16-moments" else "fp32"]
-        out += [{"field": "use_precision_aware_optimizer", "value": True, "comment": f"training.optimizer_state {state}: {why}"},
-                {"field": "main_params_dtype", "dtype": DTYPES["fp32"], "comment": "fp32 master, stored as remainders"},
-                {"field": "store_param_remainders", "value": True, "comment": "the 16 bits the bf16 weight lacks"},
+        out += [{"field": "use_precision_aware_optimizer", "value": state != "fp32",
+                 "comment": f"training.optimizer_state {state}: {why}"},
+                {"field": "main_params_dtype", "dtype": DTYPES["fp32"],
+                 "comment": "fp32 master" + (", stored as remainders" if state != "fp32" else "")},
                 {"field": "exp_avg_dtype", "dtype": moments, "comment": "first moment"},
                 {"field": "exp_avg_sq_dtype", "dtype": moments, "comment": "second moment"}]
-    if share > 0:
-        out += [{"field": "optimizer_cpu_offload", "value": True,
+        if state != "fp32":
+            out.insert(2, {"field": "store_param_remainders", "value": True, "comment": "the 16 bits the bf16 weight lacks"})
+    if share > 0 or explicit:
+        out += [{"field": "optimizer_cpu_offload", "value": share > 0,
                  "comment": f"training.optimizer_offload {share:g}: {_comment(plan.settings['optimizer_offload_fraction'])}"},
                 {"field": "optimizer_offload_fraction", "value": float(share), "comment": "share stepped on the CPU"}]
     return out
+
+
+def _set(path: str, plan: Plan, setting: str, value: Any = None, note: str = "") -> dict[str, Any]:
+    """One assignment onto Bridge's recipe config: ``cfg.<path> = value``, from the plan's ``setting``."""
+    d = plan.settings[setting]
+    section, field = path.split(".")
+    return {"section": section, "field": field, "value": d.value if value is None else value,
+            "comment": (note + "; " if note else "") + _comment(d), "setting": setting}
+
+
+def recipe_overrides(plan: Plan) -> list[dict[str, Any]]:
+    """What ``train.py`` changes on Bridge's recipe config outside the model, field by field: the settings the
+    plan decides. Everything else stays the recipe's (its optimizer betas, DDP options, data workers, logger
+    timers, environment): the stack test diffs the two ConfigContainers against this list (the lock's
+    ``config_fields``)."""
+    out = [_set("train.train_iters", plan, "train_iters"), _set("train.global_batch_size", plan, "global_batch_size"),
+           _set("train.micro_batch_size", plan, "micro_batch_size"),
+           _set("train.exit_signal_handler", plan, "exit_signal_handler")]
+    if plan.get("manual_gc"):
+        out += [_set("train.manual_gc", plan, "manual_gc"), _set("train.manual_gc_interval", plan, "manual_gc_interval")]
+    if plan.get("optimizer") != "muon":  # Muon builds its own OptimizerConfig (the optimizer is the plan's)
+        if plan.settings["lr"].source == "user":
+            out += [_set("optimizer.lr", plan, "lr"), _set("optimizer.min_lr", plan, "min_lr")]
+        out += [_set("optimizer.bf16", plan, "bf16"), _set("optimizer.fp16", plan, "fp16")]
+    out += [_set("scheduler.lr_warmup_iters", plan, "lr_warmup_iters"),
+            _set("scheduler.lr_decay_iters", plan, "lr_decay_iters"),
+            _set("dataset.seq_length", plan, "seq_length"), _set("dataset.random_seed", plan, "seed"),
+            _set("dataset.blend", plan, "blend", value=_blend_value(plan))]
+    if plan.get("data_type", "mock") != "mock":
+        out += [_set("dataset.split", plan, "split"), _set("dataset.path_to_cache", plan, "path_to_cache")]
+    log = ["log_interval", "tensorboard_dir"] + [f for f in ("wandb_project", "wandb_exp_name", "wandb_entity")
+                                                 if plan.get(f) is not None]
+    out += [_set(f"logger.{f}", plan, f) for f in log]
+    out += [_set(f"checkpoint.{f}", plan, f) for f in ("save", "load", "save_interval", "ckpt_format", "async_save",
+                                                       "pretrained_checkpoint")]
+    evaluate = bool(plan.get("eval_interval"))
+    out += [_set("validation.eval_iters", plan, "eval_iters", value=plan.get("eval_iters", 0) if evaluate else 0),
+            _set("validation.eval_interval", plan, "eval_interval")]
+    out += [_set("ddp.grad_reduce_in_fp32", plan, "grad_reduce_in_fp32"),
+            _set("ddp.use_distributed_optimizer", plan, "optimizer", value=plan.get("optimizer") != "muon",
+                 note="the distributed optimizer (Muon: plain DDP)"),
+            _set("ddp.overlap_grad_reduce", plan, "overlap_grad_reduce"),
+            _set("ddp.overlap_param_gather", plan, "overlap_param_gather")]
+    out += [_set(f"comm_overlap.{f}", plan, f) for f in ("tp_comm_overlap",) + COMM_OVERLAP_FIELDS]
+    out += [_set("rng.seed", plan, "seed"), _set("rng.te_rng_tracker", plan, "use_te_rng_tracker")]
+    return out
+
+
+def _blend_value(plan: Plan) -> Any:
+    blend = plan.get("blend")
+    return None if blend is None else [list(blend[0]), None if blend[1] is None else list(blend[1])]
+
+
+def config_fields(plan: Plan) -> dict[str, str]:
+    """``section.field`` of every ConfigContainer field ``train.py`` sets on Bridge's recipe config, with the
+    lock setting it comes from (the model's fields included, and the sub-configs it replaces as a whole)."""
+    if not (plan.model.get("bridge") or {}).get("recipe"):
+        return {}
+    out = {f"{o['section']}.{o['field']}": o["setting"] for o in recipe_overrides(plan)}
+    ctx = context(plan, "")
+    for a in ctx["model_assignments"]:
+        out[f"model.{a['field']}"] = a["field"] if a["field"] in plan.settings else ALIASES.get(a["field"], a["field"])
+    for name, setting in (("moe_token_dispatcher_type", "moe_token_dispatcher_type"),
+                          ("moe_flex_dispatcher_backend", "moe_flex_dispatcher_backend"),
+                          ("moe_shared_expert_overlap", "moe_shared_expert_overlap")):
+        out.setdefault(f"model.{name}", setting)
+    for lever in ctx["optimizer_levers"]:
+        out[f"optimizer.{lever['field']}"] = "optimizer_offload_fraction" if "offload" in lever["field"] \
+            else "optimizer_state"
+    out["tokenizer.*"] = "tokenizer_type"
+    out["comm_overlap.*"] = "comm_overlap"  # where the recipe has none (its own fields are listed above)
+    if plan.get("optimizer") == "muon":
+        out["optimizer.*"] = "optimizer"
+    if plan.get("use_pytorch_profiler"):
+        out["profiling.*"] = "use_pytorch_profiler"
+    out["mixed_precision.*"] = "precision"
+    out["env_vars"] = "env"
+    return out
+
+
+# Deprecated model aliases train.py clears (Bridge's recipes may set them): the setting that replaces each.
+ALIASES = {"cuda_graph_scope": "cuda_graph_modules", "moe_deepep_num_sms": "moe_flex_dispatcher_num_sms",
+           "moe_hybridep_num_sms": "moe_flex_dispatcher_num_sms",
+           "account_for_embedding_in_pipeline_split": "pipeline_model_parallel_layout",
+           "account_for_loss_in_pipeline_split": "pipeline_model_parallel_layout",
+           "num_layers_in_first_pipeline_stage": "pipeline_model_parallel_layout",
+           "num_layers_in_last_pipeline_stage": "pipeline_model_parallel_layout"}
 
 
 def context(plan: Plan, source: str) -> dict[str, Any]:
@@ -216,7 +310,8 @@ def context(plan: Plan, source: str) -> dict[str, Any]:
         "lr": lr,
         "min_lr": float(f"{lr / 10:.6g}"),
         "optimizer": plan.get("optimizer") or "adam",
-        "optimizer_levers": optimizer_levers(plan),
+        "optimizer_levers": optimizer_levers(plan, explicit=bool(recipe)),
+        "overrides": recipe_overrides(plan) if recipe else [],
         "optimizer_bf16": bool(plan["bf16"]),
         "optimizer_fp16": bool(plan["fp16"]),
         "warmup": max(1, min(500, iters // 10)),

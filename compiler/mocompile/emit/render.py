@@ -183,6 +183,8 @@ def lock(plan: Plan) -> dict[str, Any]:
         "requirements": requirements(plan),
         "settings": {k: _located(d) for k, d in sorted(plan.settings.items())},
         "env": {k: _located(d) for k, d in sorted(plan.env.items())},
+        # train.py starts from Bridge's recipe config and sets these fields only (each from the named setting)
+        "config_fields": python_recipe.config_fields(plan),
         "memory": plan.memory,
         # The planner's verdict: the chosen plan's predicted step, the runners-up and why they lost.
         "estimate": plan.planner,

@@ -8,6 +8,7 @@ predicted effect of flipping it (from the step-time model) and the runners-up th
 from __future__ import annotations
 
 from mocompile import memory, steptime
+from mocompile.optimizer_state import adam_bytes
 from mocompile.resolve.context import Context
 from mocompile.resolve.search import (
     Scorer,
@@ -106,12 +107,14 @@ def lever_rungs(ctx: Context) -> list[tuple[str, float]]:
         return []
     state_auto, offload_auto = t.get("optimizer_state", "auto") == "auto", t.get("optimizer_offload", "auto") == "auto"
     rungs: list[tuple[str, float]] = []
+    fp8_master = bool(ctx["fp8"]) and ctx["fp8"] != "delayed"  # remainders save nothing there
     if state_auto and ctx["te_version"] is not None and not ctx["optimizer_offload_fraction"]:
-        fp8_master = bool(ctx["fp8"]) and ctx["fp8"] != "delayed"  # remainders save nothing there
-        rungs += [(s, 0.0) for s in (("bf16-moments",) if fp8_master else ("fp32-remainders", "bf16-moments"))]
-    if offload_auto and ctx["optimizer_state"] == "fp32":
+        rungs += [(s, 0.0) for s in ("fp32-remainders", "bf16-moments")]
+    if offload_auto and (state_auto or ctx["optimizer_state"] == "fp32"):
         rungs += [("fp32", f) for f in OFFLOAD_SHARES]
-    return rungs
+    # only rungs that hold less than where the plan stands (a recipe may start on a lower-precision state)
+    now = adam_bytes(ctx["optimizer_state"], ctx["optimizer_offload_fraction"], fp8_master)
+    return [(s, f) for s, f in rungs if adam_bytes(s, f, fp8_master) < now]
 
 
 def climb_levers(ctx: Context, res: SearchResult) -> SearchResult:
@@ -119,7 +122,7 @@ def climb_levers(ctx: Context, res: SearchResult) -> SearchResult:
     plan that does not fit never pays); none fits: the levers stay off and MEM001 reports the plan."""
     if res.winner.fits and not res.winner.broken:
         return res
-    base_state, base_off = ctx["optimizer_state"], ctx["optimizer_offload_fraction"]
+    saved = {k: ctx.s[k] for k in ("optimizer_state", "optimizer_offload_fraction")}
     base_gib, tried = res.winner.mem["total_gib"], []
     for state, share in lever_rungs(ctx):
         ctx.set("optimizer_state", state, "goal", "trial")
@@ -130,7 +133,8 @@ def climb_levers(ctx: Context, res: SearchResult) -> SearchResult:
         if w.fits and not w.broken:
             ladder = "; ".join(tried)
             ctx.set("optimizer_state", state, "goal",
-                    f"no plan fits with fp32 Adam state on the GPU ({base_gib:.1f} GiB); the memory ladder "
+                    f"no plan fits with {saved['optimizer_state'].value} Adam state on the GPU ({base_gib:.1f} GiB); "
+                    "the memory ladder "
                     f"(precision-aware state, then optimizer offload): {ladder}",
                     path=("training", "optimizer_state"))
             cost = w.est.terms.get("optimizer", 0.0)
@@ -139,11 +143,12 @@ def climb_levers(ctx: Context, res: SearchResult) -> SearchResult:
                      f"optimizer step {cost:.2f} s of {w.step:.2f} s/step (host link and CPU Adam)") if share
                     else "not needed: the lower-precision state fits", path=("training", "optimizer_offload"))
             return trial
-    ctx.set("optimizer_state", base_state, "default" if base_state == "fp32" else "user",
-            "no rung of the memory ladder fits either: " + ("; ".join(tried) or "none available"),
-            path=("training", "optimizer_state"))
-    ctx.set("optimizer_offload_fraction", base_off, "default" if not base_off else "user",
-            "no rung of the memory ladder fits", path=("training", "optimizer_offload"))
+    for name, d in saved.items():
+        ctx.s[name] = d
+    if tried:
+        d = ctx.s["optimizer_state"]
+        ctx.set("optimizer_state", d.value, d.source, f"{d.reason}; no rung of the memory ladder fits either: "
+                + "; ".join(tried), path=("training", "optimizer_state"))
     return micro_batch(ctx) or search(ctx) if tried else res
 
 

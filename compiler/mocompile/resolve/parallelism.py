@@ -74,9 +74,17 @@ def base(ctx: Context) -> None:
                 "schema default: Megatron's distributed Adam")
     # Adam's memory levers: pinned, or the lightest until decide.plan finds that no plan fits without them
     state = t.get("optimizer_state", "auto")
-    ctx.set("optimizer_state", "fp32" if state == "auto" else state, "user" if state != "auto" else "default",
-            "pinned in the recipe" if state != "auto" else "auto: fp32 master and moments unless no plan fits",
-            path=("training", "optimizer_state"))
+    bridge = ctx.model.get("bridge") or {}
+    recipe_state = bridge.get("optimizer_state") if bridge.get("recipe") and ctx["optimizer"] == "adam" else None
+    if state != "auto":
+        ctx.set("optimizer_state", state, "user", "pinned in the recipe", path=("training", "optimizer_state"))
+    elif recipe_state:
+        ctx.set("optimizer_state", recipe_state, "model", f"Bridge's recipe {bridge['recipe']} builds its optimizer "
+                "this way (use_precision_aware_optimizer and its dtypes; train.py keeps it); the memory estimate "
+                "follows", path=("training", "optimizer_state"))
+    else:
+        ctx.set("optimizer_state", "fp32", "default", "auto: fp32 master and moments unless no plan fits",
+                path=("training", "optimizer_state"))
     off = t.get("optimizer_offload", "auto")
     ctx.set("optimizer_offload_fraction", 0.0 if off == "auto" else float(off), "user" if off != "auto" else "default",
             "pinned in the recipe" if off != "auto" else "auto: on the GPU unless no plan fits",

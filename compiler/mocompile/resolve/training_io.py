@@ -107,6 +107,19 @@ def decisions(intent: dict[str, Any], doc: Document) -> dict[str, Decision]:
     put("wandb_exp_name", name, ("logging", "wandb", "name"), "W&B run named after the recipe" if wb else "no W&B")
     put("wandb_entity", wb.get("entity") if wb else None, ("logging", "wandb", "entity"), "default W&B entity")
 
+    # The learning-rate schedule: the recipe's peak unless the intent sets one; warm-up and decay follow the
+    # run's length (a recipe's warm-up can outlast a short run, and its decay length is for its own length).
+    lr = float(training["lr"])
+    put("lr", lr, ("training", "lr"), f"schema default {lr:g} (a custom model has no recipe peak)")
+    put("min_lr", float(f"{lr / 10:.6g}"), None, "a tenth of the peak learning rate", "derived")
+    put("lr_warmup_iters", max(1, min(500, iters // 10)), None,
+        "a tenth of train_iters, at most 500: the schedule fits the run's length", "derived")
+    put("lr_decay_iters", iters, None, "cosine decay over the whole run (train_iters)", "derived")
+    put("comm_overlap", "explicit", None, "every CommOverlapConfig field the plan decides is set explicitly (None would "
+        "let Bridge decide); a recipe without a CommOverlapConfig gets a new one for them", "derived")
+    put("tp_comm_overlap", False, None, "TP communication overlap needs TE userbuffers set up for the exact "
+        "shapes; mocompile does not plan it (Bridge's CommOverlapConfig.tp_comm_overlap)", "derived")
+
     pr = intent.get("profile") if isinstance(intent.get("profile"), dict) else None
     put("use_pytorch_profiler", pr is not None, ("profile",), "no profile")
     put("profile_step_start", pr["start"] if pr else None, ("profile", "start"), "no profile")
