@@ -122,6 +122,9 @@ def test_build_config_checks_the_plan_last_and_seeds_from_the_recipe(train):
     assert isinstance(call, ast.Call) and getattr(call.func, "id", None) == "check_plan", ast.dump(check)
     lock = json.loads((train.parent / "mocompile.lock.json").read_text())
     seeds = [kw.value for n in ast.walk(fn) if isinstance(n, ast.Call) for kw in n.keywords if kw.arg == "random_seed"]
+    # on a Bridge recipe config the field is assigned: cfg.dataset.random_seed = <seed>
+    seeds += [n.value for n in ast.walk(fn) if isinstance(n, ast.Assign) for t in n.targets
+              if isinstance(t, ast.Attribute) and t.attr == "random_seed"]
     assert len(seeds) == 1 and ast.literal_eval(seeds[0]) == lock["settings"]["seed"]["value"]
 
 

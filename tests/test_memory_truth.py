@@ -129,7 +129,7 @@ def test_fit_exactly_at_the_headroom_compiles_and_a_hundredth_below_is_refused(t
     """The planner's fit test and MEM001 read the same estimate against the same limit: the 168-GPU plan, pinned,
     is emitted with the headroom exactly at its estimate, and refused with the headroom 0.01 GiB under it."""
     path = dsv3_fit(tmp_path, 21)
-    p = analyse(str(path)).plan
+    p = analyse(str(path), CLOSED).plan
     est, sets = p["memory_estimate_gib"], pinned(p) + CLOSED
     monkeypatch.setattr(memory, "limits", lambda: {"headroom": (est - below) / 80, "measured_error": 0.074})
     assert memory.usable_gib(80) == round(est - below, 2)

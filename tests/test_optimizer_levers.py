@@ -19,9 +19,9 @@ from test_steptime import TOY, hw
 @pytest.mark.parametrize("state,offload,fp8_master,want", [
     ("fp32", 0.0, False, 12.0),             # fp32 master 4 + moments 8
     ("fp32-remainders", 0.0, False, 10.0),  # the master as the 16 bits a bf16 weight lacks: 2 + 8
-    ("bf16-moments", 0.0, False, 6.0),      # 2 + 2 + 2
+    ("bf16-moments", 0.0, False, 14.0),     # 2 + 2 + 2 at rest, + 8: TE FusedAdam's fp32 copies during the step
     ("fp32-remainders", 0.0, True, 12.0),   # FP8 (not delayed): Megatron-Core keeps an fp32 master: no saving
-    ("bf16-moments", 0.0, True, 8.0),       # 4 + 2 + 2
+    ("bf16-moments", 0.0, True, 16.0),      # 4 + 2 + 2 + 8
     ("fp32", 1.0, False, 4.0),              # offloaded: the GPU keeps every fp32 shard, the moments go to the host
     ("fp32", 0.5, False, 8.0),              # 4 + 8 * 0.5
     ("fp32", 0.25, False, 10.0),
@@ -70,15 +70,26 @@ GPT_OSS_8_B200 = "model: gpt-oss-120b\nhardware: {gpu: b200, nodes: 1}\ngoal: fi
 
 
 def test_gpt_oss_120b_fits_one_b200_node_on_the_first_rung_that_fits(tmp_path):
-    """fp32 state: ~246 GiB; remainders ~219 GiB (both over 166 GiB usable); bf16 moments ~165 GiB: fits, and
-    the ladder stops there (no offload)."""
+    """fp32 state: ~246 GiB; fp32 remainders ~219 GiB (over the 166 GiB usable); bf16 moments are skipped (14 B
+    at the step's peak, more than fp32's 12); offload 0.25 holds what the remainders hold (10 B), so the next
+    rung tried is 0.5 (~192 GiB), then 0.75 (~165 GiB): fits, and the ladder stops there."""
     out = _settings(_intent(tmp_path, GPT_OSS_8_B200))
     s = out["settings"]
-    assert s["optimizer_state"]["value"] == "bf16-moments" and s["optimizer_offload_fraction"]["value"] == 0.0
+    assert s["optimizer_state"]["value"] == "fp32" and s["optimizer_offload_fraction"]["value"] == 0.75
     why = s["optimizer_state"]["reason"]
-    assert "fp32-remainders" in why and "bf16-moments" in why and "offload" not in why.split("):")[-1]
+    assert "fp32-remainders: 219" in why and "bf16-moments" not in why and "offload 0.25" not in why
+    assert "offload 0.5: 19" in why and "offload 0.75: 16" in why and "offload 1" not in why
     assert not [d for d in out["diagnostics"] if d["severity"] == "error"]
     assert out["memory"]["total_gib"] <= 180 * 0.92
+
+
+def test_a_recipe_on_bf16_moments_climbs_to_a_rung_that_holds_less_at_the_peak(tmp_path):
+    """DeepSeek-V3's Bridge recipe keeps bf16 moments (14 B at the peak): from there fp32 remainders (10 B) is a
+    rung down, and the plan says it starts from the recipe's state."""
+    out = _settings(_intent(tmp_path, "model: deepseek-v3\nhardware: {gpu: h100, nodes: 21}\ngoal: fit\n"))
+    s = out["settings"]["optimizer_state"]
+    assert s["value"] in ("bf16-moments", "fp32-remainders", "fp32")
+    assert "deepseek_v3_pretrain_config" in s["reason"] or "bf16-moments Adam state" in s["reason"]
 
 
 def test_pinning_the_state_to_fp32_climbs_to_the_least_offload_share_that_fits(tmp_path):
@@ -101,15 +112,22 @@ def test_with_every_lever_closed_mem001_names_the_gpu_count_and_the_lever_that_w
     dsv3 = _intent(tmp_path, "model: deepseek-v3\nhardware: {gpu: h100, nodes: 8}\ngoal: fit\n")
     res = run_cli("lint", str(dsv3))
     # not even full offload fits 64 H100s (the bf16 weights and fp32 gradients alone are ~63 GiB); MEM001 says how
-    # many GPUs do, without and with the offload
-    assert res.returncode == 1 and "is 168 (96 with training.optimizer_offload: 1" in res.stdout
+    # many GPUs do with the recipe's optimizer state (bf16 moments: 14 B at the step's peak), and with the offload
+    assert res.returncode == 1 and "is 192 (96 with training.optimizer_offload: 1" in res.stdout
 
 
-def test_a_plan_that_fits_keeps_fp32_state_on_the_gpu_and_says_why(tmp_path):
-    out = _settings(_intent(tmp_path, "model: qwen3-30b-a3b\nhardware: {gpu: h100, nodes: 2}\ngoal: throughput\n"))
+def test_a_plan_that_fits_keeps_the_recipes_optimizer_state_and_says_why(tmp_path):
+    out = _settings(_intent(tmp_path, "model: gpt-oss-20b\nhardware: {gpu: h100, nodes: 2}\ngoal: throughput\n"))
     s = out["settings"]
     assert s["optimizer_state"]["value"] == "fp32" and s["optimizer_offload_fraction"]["value"] == 0.0
     assert "unless no plan fits" in s["optimizer_state"]["reason"]
+    # Qwen3-30B-A3B's Bridge recipe builds the precision-aware optimizer: the plan keeps it and estimates it
+    out = _settings(_intent(tmp_path, "model: qwen3-30b-a3b\nhardware: {gpu: h100, nodes: 2}\ngoal: throughput\n"))
+    s = out["settings"]["optimizer_state"]
+    assert s["value"] == "fp32-remainders" and "qwen3_30b_a3b_pretrain_config" in s["reason"]
+    fp32 = _settings(_intent(tmp_path, "model: qwen3-30b-a3b\nhardware: {gpu: h100, nodes: 2}\ngoal: throughput\n"),
+                     "training.optimizer_state=fp32")
+    assert out["memory"]["weights_and_optimizer_gib"] < fp32["memory"]["weights_and_optimizer_gib"]
 
 
 def test_muon_has_no_levers_to_climb(tmp_path):
@@ -125,11 +143,18 @@ def test_train_py_passes_the_levers_to_optimizer_config(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     train = tmp_path / "gen" / "r" / "train.py"
     text = train.read_text()
-    for line in ("use_precision_aware_optimizer=True,", "exp_avg_dtype=torch.bfloat16,",
-                 "exp_avg_sq_dtype=torch.bfloat16,", "main_params_dtype=torch.float32,", "store_param_remainders=True,"):
+    # GPT-OSS-120B builds on Bridge's recipe: train.py sets the recipe optimizer's fields, every one explicit
+    for line in ("cfg.optimizer.optimizer_cpu_offload = True", "cfg.optimizer.optimizer_offload_fraction = 0.75",
+                 "cfg.optimizer.use_precision_aware_optimizer = False", "cfg.optimizer.exp_avg_dtype = torch.float32"):
         assert line in text
-    assert "optimizer_cpu_offload" not in text
     subprocess.run([sys.executable, "-m", "py_compile", str(train)], check=True)
-    res = run_cli("compile", str(path), "--set", "training.optimizer_state=fp32", "-o", str(tmp_path / "gen"), "--force")
+    # pinned bf16 moments (GPT-OSS-20B on two nodes fits with them)
+    small = _intent(tmp_path, "model: gpt-oss-20b\nhardware: {gpu: h100, nodes: 2}\ngoal: throughput\n"
+                              "training: {optimizer_state: bf16-moments}\n")
+    res = run_cli("compile", str(small), "-o", str(tmp_path / "gen"), "--force")
+    assert res.returncode == 0, res.stdout + res.stderr
     text = train.read_text()
-    assert "optimizer_cpu_offload=True," in text and "use_precision_aware_optimizer" not in text
+    for line in ("use_precision_aware_optimizer = True", "exp_avg_dtype = torch.bfloat16",
+                 "exp_avg_sq_dtype = torch.bfloat16", "main_params_dtype = torch.float32", "store_param_remainders = True",
+                 "optimizer_cpu_offload = False"):
+        assert f"cfg.optimizer.{line}" in text

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import os
 import sys

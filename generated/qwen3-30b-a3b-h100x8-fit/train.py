@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-30b-a3b-h100x8-fit.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:92ae29228a8deafe input sha256:9f88ae4b995acb74
+# mocompile: checksum sha256:9bb4da0ee576ebbe input sha256:9f88ae4b995acb74
 """qwen3-30b-a3b-h100x8-fit: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-30B-A3B on 8x NVIDIA H100 80GB HBM3, goal fit.
@@ -46,7 +46,7 @@ def build_config() -> ConfigContainer:
     cfg = qwen3_30b_a3b_pretrain_config()  # Bridge's own recipe for Qwen3-30B-A3B (reads the HF config of Qwen/Qwen3-30B-A3B)
     # Bridge's recipe config, then only what the plan decides, field by field (each line names the decision);
     # everything else stays the recipe's (its optimizer, DDP and data-loader options, logger, environment).
-    cfg.optimizer.use_precision_aware_optimizer = True  # training.optimizer_state fp32-remainders: model: Bridge's recipe qwen3_30b_a3b_pretrain_config builds its optimizer this way (use_precision_aware_optimizer and its dtypes; train.py keeps it); the memory estimate follows
+    cfg.optimizer.use_precision_aware_optimizer = True  # training.optimizer_state fp32-remainders: default: Bridge's recipe qwen3_30b_a3b_pretrain_config builds its optimizer this way (use_precision_aware_optimizer and its dtypes; train.py keeps it); the memory estimate follows
     cfg.optimizer.main_params_dtype = torch.float32  # fp32 master, stored as remainders
     cfg.optimizer.store_param_remainders = True  # the 16 bits the bf16 weight lacks
     cfg.optimizer.exp_avg_dtype = torch.float32  # first moment

@@ -60,7 +60,8 @@ DRIVER = textwrap.dedent('''
             saved = dict(os.environ)
             os.environ.update(WORLD_SIZE=str(lock["hardware"]["world_size"]), RANK="0", LOCAL_RANK="0")
             try:
-                with bv.fake_gpu(lock["hardware"]["gpu"]), bv.te_version_override(lock["versions"]["transformer_engine"] or "0.0.0"):
+                te = lock["versions"]["transformer_engine"] or "0.0.0"
+                with bv.fake_gpu(lock["hardware"]["gpu"]), bv.te_version_override(te):
                     mod = bv._load_module(str(root / "generated" / n / "train.py"))
                     gen = mod.build_config()
                     fn = [v for k, v in vars(mod).items() if k.endswith("_pretrain_config") and callable(v)]

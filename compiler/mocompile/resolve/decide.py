@@ -99,7 +99,8 @@ OFFLOAD_SHARES = (0.25, 0.5, 0.75, 1.0)
 def lever_rungs(ctx: Context) -> list[tuple[str, float]]:
     """Adam's memory levers the user left ``auto``, in the guidance's order (Megatron-Bridge's memory ladder:
     cheapest first): the precision-aware optimizer's lower-precision state (no time cost: TE's FusedAdam runs the
-    same pass), then optimizer offload (host-link traffic and a CPU step every iteration), its least share first.
+    same pass), then optimizer offload (host-link traffic and a CPU step every iteration), its least share first;
+    each rung only if it holds less than the rungs before it at the optimizer step's peak.
     Only what the target can run: Adam (not Muon), TE for the precision-aware optimizer, offload with fp32
     state (rules OPT004-OPT006)."""
     t = ctx.intent["training"]
@@ -113,8 +114,16 @@ def lever_rungs(ctx: Context) -> list[tuple[str, float]]:
     if offload_auto and (state_auto or ctx["optimizer_state"] == "fp32"):
         rungs += [("fp32", f) for f in OFFLOAD_SHARES]
     # only rungs that hold less than where the plan stands (a recipe may start on a lower-precision state)
-    now = adam_bytes(ctx["optimizer_state"], ctx["optimizer_offload_fraction"], fp8_master)
-    return [(s, f) for s, f in rungs if adam_bytes(s, f, fp8_master) < now]
+    # each rung must hold less at the step's peak than where the plan stands and than every rung before it (a
+    # recipe may start on a lower-precision state; bf16 moments peak above fp32 state: optimizer_state.py)
+    best = adam_bytes(ctx["optimizer_state"], ctx["optimizer_offload_fraction"], fp8_master)
+    kept = []
+    for s, f in rungs:
+        b = adam_bytes(s, f, fp8_master)
+        if b < best:
+            kept.append((s, f))
+            best = b
+    return kept
 
 
 def climb_levers(ctx: Context, res: SearchResult) -> SearchResult:

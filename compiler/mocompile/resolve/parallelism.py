@@ -78,8 +78,12 @@ def base(ctx: Context) -> None:
     recipe_state = bridge.get("optimizer_state") if bridge.get("recipe") and ctx["optimizer"] == "adam" else None
     if state != "auto":
         ctx.set("optimizer_state", state, "user", "pinned in the recipe", path=("training", "optimizer_state"))
+    elif recipe_state and ctx["te_version"] is None:
+        ctx.set("optimizer_state", "fp32", "default", f"Bridge's recipe {bridge['recipe']} builds the precision-aware "
+                "optimizer, which needs Transformer Engine's FusedAdam (OPT005): without TE, fp32 state",
+                path=("training", "optimizer_state"))
     elif recipe_state:
-        ctx.set("optimizer_state", recipe_state, "model", f"Bridge's recipe {bridge['recipe']} builds its optimizer "
+        ctx.set("optimizer_state", recipe_state, "default", f"Bridge's recipe {bridge['recipe']} builds its optimizer "
                 "this way (use_precision_aware_optimizer and its dtypes; train.py keeps it); the memory estimate "
                 "follows", path=("training", "optimizer_state"))
     else:
