@@ -16,18 +16,21 @@ Adam's memory levers (``training.optimizer_state``, ``training.optimizer_offload
 0.19's ``OptimizerConfig`` and ``optimizer/__init__.py``:
 
 - ``fp32-remainders``: the precision-aware optimizer (``use_precision_aware_optimizer``, TE's FusedAdam)
-  with ``store_param_remainders``: the fp32 master is kept as the 16 bits the bf16 weight lacks
-  (``distrib_optimizer.py`` allocates it as int16), 2 + 4 + 4 = 10 bytes. FP8 recipes other than
-  delayed scaling keep an fp32 master in Megatron-Core instead (``use_precision_aware_optimizer_no_fp8_or_ds_fp8``
-  is false there): 12 bytes, no saving.
-- ``bf16-moments``: also ``exp_avg_dtype`` / ``exp_avg_sq_dtype`` bf16: 2 + 2 + 2 = 6 bytes at rest (8 with FP8),
-  but not at the peak: Transformer Engine's ``FusedAdam.step`` (``transformer_engine/pytorch/optimizers/
-  fused_adam.py``) unscales every state kept below fp32 into a new fp32 tensor for all parameters of a group
-  at once, runs the kernel on those, and writes them back ("Try to reclaim the temporary fp32 buffers"): 8 more
-  bytes per parameter during the step, 14 in all, more than fp32's 12. Measured on 2x H100 (the mid TE model,
-  ``benchmarks/results/levers-2026-11-27``): bf16 moments peaked 5.4 GiB *above* fp32 state (38.3 vs 32.9 GiB
-  allocated; +3.4 bytes per parameter against the +2 counted here). The ladder therefore never takes it for
-  memory; pinned, it is estimated at the peak.
+  with ``store_param_remainders``: at rest the fp32 master is kept as the 16 bits the bf16 weight lacks
+  (``distrib_optimizer.py`` allocates it as int16), 2 + 4 + 4 = 10 bytes. Not at the peak: measured on 2x H200
+  with the mid TE model (``benchmarks/results/levers-2026-11-27/round2``) it peaked at exactly the bytes of fp32
+  state (32.90 GiB both), so the estimate adds the 2 bytes back (``REMAINDER_PEAK_BYTES``; where the remainder path
+  spends them was not identified). FP8 recipes other than delayed scaling keep an fp32 master in Megatron-Core
+  (``use_precision_aware_optimizer_no_fp8_or_ds_fp8`` is false there): no remainders.
+- ``bf16-moments``: also ``exp_avg_dtype`` / ``exp_avg_sq_dtype`` bf16: 2 + 2 + 2 = 6 bytes at rest, but at the
+  step Transformer Engine's ``FusedAdam.step`` (``transformer_engine/pytorch/optimizers/fused_adam.py``) unscales
+  every state kept below fp32 into a new fp32 tensor for all parameters of a group at once, runs the kernel on
+  those and writes them back ("Try to reclaim the temporary fp32 buffers"): 8 bytes more, plus the 2 of the
+  remainder path, 16 in all. Measured on 2x H100 (``benchmarks/results/levers-2026-11-27``): bf16 moments peaked
+  5.4 GiB *above* fp32 state (38.3 vs 32.9 GiB allocated, +3.4 bytes per parameter; counted: +4).
+- Neither is a memory lever on this stack, so the ladder (``resolve/decide.py lever_rungs``) never takes them:
+  a rung must hold less than fp32 state at the peak. They stay in the estimate because Bridge's recipes use them
+  (Qwen3-30B-A3B: remainders; DeepSeek-V3, Moonlight: bf16 moments) and a user may pin them.
 - offload share ``f`` (``optimizer_cpu_offload``, ``optimizer_offload_fraction``): Megatron's
   ``HybridDeviceOptimizer`` (``optimizer/cpu_offloading/hybrid_optimizer.py``) steps a share ``f`` of the
   distributed optimizer's fp32 shard on the CPU: it clones those shards to pinned host memory and keeps
@@ -45,16 +48,21 @@ ADAM_BYTES = 12.0  # fp32 master + exp_avg + exp_avg_sq
 MUON_BYTES = 8.0   # fp32 master + momentum
 MASTER_BYTES = {"fp32": 4.0, "fp32-remainders": 2.0, "bf16-moments": 2.0}   # with bf16 weights
 MOMENT_BYTES = {"fp32": 8.0, "fp32-remainders": 8.0, "bf16-moments": 4.0}  # exp_avg + exp_avg_sq, at rest
-STEP_TEMP_BYTES = {"bf16-moments": 8.0}  # TE FusedAdam's fp32 copies of low-precision moments during the step
+# At the optimizer step's peak, on top of the state at rest (measured and explained above): the remainder path's
+# 2 bytes (the master back at fp32's 4), and TE FusedAdam's fp32 copies of bf16 moments.
+REMAINDER_PEAK_BYTES = 2.0
+UNSCALED_MOMENT_BYTES = {"bf16-moments": 8.0}
 STATES = tuple(MASTER_BYTES)
 
 
 def adam_bytes(state: str = "fp32", offload: float = 0.0, fp8_master: bool = False) -> float:
     """Adam's state bytes per parameter on the GPU at the step's peak (before DP sharding). ``fp8_master``: an
     FP8 recipe other than delayed scaling, whose fp32 master Megatron-Core keeps itself (no remainders)."""
-    master = 4.0 if fp8_master else MASTER_BYTES.get(state, 4.0)
-    kept = 1.0 - min(1.0, max(0.0, offload))
-    return master + (MOMENT_BYTES.get(state, 8.0) + STEP_TEMP_BYTES.get(state, 0.0)) * kept
+    master = MASTER_BYTES.get(state, 4.0) + (REMAINDER_PEAK_BYTES if state != "fp32" else 0.0)
+    if fp8_master:
+        master = 4.0
+    moments = MOMENT_BYTES.get(state, 8.0) + UNSCALED_MOMENT_BYTES.get(state, 0.0)
+    return master + moments * (1.0 - min(1.0, max(0.0, offload)))
 
 
 def host_bytes(offload: float) -> float:
