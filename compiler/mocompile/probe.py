@@ -182,20 +182,21 @@ def kernel_section(result: dict[str, Any] | None, gpu: str, note: str = "") -> d
     across = kernels.fit_a2a(world_points, int(result.get("world") or 1))
     same_arch = hw.get("arch") == kernels.REFERENCE_ARCH
     why: list[str] = []
-    gemm_scale = a2a_scale = None
-    if share is None:
-        why.append("the reference GEMM was not measured")
-    elif not same_arch:
-        why.append(f"no reference measurement for {hw.get('arch')} GPUs: the GEMM share is recorded, not applied")
-    else:
-        gemm_scale = round(kernels.clamp(share / c["probe_reference_gemm_share"]), 3)
+
+    def scale(share: float | None, what: str, missing: str, reference: str) -> float | None:
+        """share / its reference where both exist on the reference architecture, else None and why."""
+        if share is None:
+            why.append(missing)
+        elif not same_arch:
+            why.append(f"no reference {what} for {hw.get('arch')} GPUs: recorded, not applied")
+        else:
+            return round(kernels.clamp(share / c[reference]), 3)
+        return None
+
     a2a_share = intra["gbps"] / float(hw["nvlink_gbps"]) if intra else None
-    if a2a_share is None:
-        why.append("no all-to-all inside a node (one GPU per node, or too few points)")
-    elif not same_arch:
-        why.append(f"no reference all-to-all for {hw.get('arch')} GPUs: recorded, not applied")
-    else:
-        a2a_scale = round(kernels.clamp(a2a_share / c["probe_reference_a2a_share"]), 3)
+    gemm_scale = scale(share, "GEMM", "the reference GEMM was not measured", "probe_reference_gemm_share")
+    a2a_scale = scale(a2a_share, "all-to-all", "no all-to-all inside a node (one GPU per node, or too few points)",
+                      "probe_reference_a2a_share")
     return {"measured": True, "device_name": result.get("device_name"), "torch": result.get("torch"),
             "nccl": result.get("nccl"), "gemm": gemm,
             "gemm_share": round(share, 4) if share is not None else None,
