@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, overrides, recipe_files, run_cli
@@ -224,3 +225,49 @@ def test_muon_preflight_fails_with_run012_without_emerging_optimizers(tmp_path):
                           env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
     assert proc.returncode != 0
     assert "RUN012" in proc.stderr and "training.optimizer: adam" in proc.stderr
+
+
+# RUN014: a catalogue model's Bridge recipe reads its Hugging Face config at start-up on every rank.
+
+def _qwen_preflight(tmp_path: Path) -> Path:
+    files = compile_recipe(str(ROOT / "recipes/qwen3-30b-a3b-h100x8-fit.yaml"), []).files
+    script = tmp_path / "preflight.sh"
+    script.write_text(files["preflight.sh"])
+    return script
+
+
+def _run14(script: Path, **env: str) -> list[str]:
+    import sys
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, **env})
+    return [ln for ln in (proc.stdout + proc.stderr).splitlines() if "RUN014" in ln]
+
+
+def test_preflight_run014_fails_offline_without_the_models_config_in_the_hf_cache(tmp_path):
+    script = _qwen_preflight(tmp_path)
+    [line] = _run14(script, HF_HUB_CACHE=str(tmp_path / "empty"), HF_HUB_OFFLINE="1")
+    assert "Qwen/Qwen3-30B-A3B's config.json is not in the HF cache" in line and "huggingface-cli download" in line
+
+
+def test_preflight_run014_passes_with_the_config_cached(tmp_path):
+    script = _qwen_preflight(tmp_path)
+    snap = tmp_path / "hub" / "models--Qwen--Qwen3-30B-A3B" / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text("{}")
+    [line] = _run14(script, HF_HUB_CACHE=str(tmp_path / "hub"), HF_HUB_OFFLINE="1")
+    assert line.startswith("preflight: RUN014 config of Qwen/Qwen3-30B-A3B found in the HF cache")
+
+
+def test_preflight_run014_fails_when_the_hub_does_not_answer(tmp_path):
+    import socket
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = _qwen_preflight(tmp_path)
+    [line] = _run14(script, HF_HUB_CACHE=str(tmp_path / "empty"), HF_ENDPOINT=f"http://127.0.0.1:{port}")
+    assert f"http://127.0.0.1:{port} does not answer" in line
+
+
+def test_custom_models_need_no_hub_and_get_no_run014():
+    files = _artifacts({})
+    assert "RUN014" not in files["preflight.sh"]

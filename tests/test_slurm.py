@@ -106,7 +106,8 @@ def _lock(script: Path) -> dict:
 
 
 def _runtime_env(req: dict, tmp_path: Path) -> dict[str, str]:
-    """The job environment a plan needs: its variables, plus a CUDA_HOME with nvcc for HybridEP's JIT."""
+    """The job environment a plan needs: its variables, a CUDA_HOME with nvcc for HybridEP's JIT, and an HF cache
+    holding the model's config where Bridge's recipe reads one."""
     env = dict(req["env"])
     if req.get("needs_nvcc"):
         nvcc = tmp_path / "cuda" / "bin" / "nvcc"
@@ -114,6 +115,11 @@ def _runtime_env(req: dict, tmp_path: Path) -> dict[str, str]:
         nvcc.write_text("#!/bin/sh\nexit 0\n")
         nvcc.chmod(0o755)
         env["CUDA_HOME"] = str(tmp_path / "cuda")
+    if req.get("hf_config"):  # RUN014: the model's HF config in the nodes' cache
+        snap = tmp_path / "hf" / ("models--" + req["hf_config"].replace("/", "--")) / "snapshots" / "0"
+        snap.mkdir(parents=True, exist_ok=True)
+        (snap / "config.json").write_text("{}")
+        env["HF_HUB_CACHE"] = str(tmp_path / "hf")
     return env
 
 
@@ -406,10 +412,11 @@ def test_two_node_dry_run_derives_rendezvous_from_the_allocation(slurm, tmp_path
     assert _directive(text, "nodes") == "2" and "--container-image" not in text
     lock = json.loads((gen / "mocompile.lock.json").read_text())
     site = fake_site(tmp_path / "site")
-    cuda_home = _runtime_env(lock["requirements"], tmp_path)["CUDA_HOME"]  # HybridEP JIT needs nvcc (RUN005)
+    runtime = _runtime_env(lock["requirements"], tmp_path)  # nvcc for HybridEP's JIT (RUN005), the HF config (RUN014)
     job, log = _submit_dry_run(slurm, proj, "generated/qwen3-30b-a3b-h100x16-hybridep/slurm.sbatch",
                                f"{slurm['host']},vnode1", [],
-                               {"PYTHON": sys.executable, "PYTHONPATH": str(site), "CUDA_HOME": cuda_home})
+                               {"PYTHON": sys.executable, "PYTHONPATH": str(site), "CUDA_HOME": runtime["CUDA_HOME"],
+                                "HF_HUB_CACHE": runtime["HF_HUB_CACHE"]})
     assert log.count("preflight: ok") == 2, log
     first = _hostnames(f"{slurm['host']},vnode1", slurm["env"])[0]
     endpoint = f"{first}:{20000 + int(job) % 20000}"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-h100-deepep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:ebd3f6dc5f1d270e input sha256:6fa67c8f10564798
+# mocompile: checksum sha256:15486b6d645e5f4a input sha256:6fa67c8f10564798
 # deepseek-v3-h100-deepep: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
@@ -69,6 +69,31 @@ if NEEDS_APEX:
         failures.append(f"RUN011 gradient_accumulation_fusion is on and Apex's fused_weight_gradient_mlp_cuda does not "
                         f"import ({exc}): Megatron-Core's output layer raises at model build; install Apex with "
                         f"--cuda_ext, or set versions.apex: none")
+# Bridge's recipe builds the model from the Hugging Face config of HF_MODEL (AutoBridge.from_hf_pretrained) on
+# every rank at start-up: it must be in this node's HF cache, or the hub must answer (RUN014).
+HF_MODEL = 'deepseek-ai/DeepSeek-V3'
+hub_cache = os.environ.get("HF_HUB_CACHE") or os.path.join(
+    os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface"), "hub")
+snapshots = os.path.join(hub_cache, "models--" + HF_MODEL.replace("/", "--"), "snapshots")
+cached = os.path.isdir(snapshots) and any(os.path.isfile(os.path.join(snapshots, s, "config.json"))
+                                          for s in os.listdir(snapshots))
+offline = "1" in (os.environ.get("HF_HUB_OFFLINE", ""), os.environ.get("TRANSFORMERS_OFFLINE", ""))
+fetch = (f"fetch it where the hub is reachable into the HF cache the nodes share: huggingface-cli download "
+         f"{HF_MODEL} --include '*.json' '*.py' (HF_HOME / HF_HUB_CACHE)")
+if cached:
+    print(f"preflight: RUN014 config of {HF_MODEL} found in the HF cache ({hub_cache})")
+elif offline:
+    failures.append(f"RUN014 {HF_MODEL}'s config.json is not in the HF cache ({hub_cache}) and the hub is offline "
+                    f"(HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE): Bridge's recipe reads it at start-up; {fetch}")
+else:
+    import urllib.request
+    endpoint = (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+    try:
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/api/models/{HF_MODEL}", method="HEAD"), timeout=10)
+        print(f"preflight: RUN014 {HF_MODEL}'s config is not cached; the hub answers ({endpoint}): every rank downloads it")
+    except Exception as exc:  # unreachable, refused, 401/404: the run would fail the same way at start-up
+        failures.append(f"RUN014 {HF_MODEL}'s config.json is not in the HF cache ({hub_cache}) and {endpoint} does not "
+                        f"answer ({type(exc).__name__}: {exc}): Bridge's recipe reads it at start-up; {fetch}")
 for key, want in REQUIRED_ENV.items():
     have = os.environ.get(key)
     if have != want:

@@ -226,6 +226,8 @@ def requirements(plan: Plan) -> dict[str, Any]:
                     if k in ("CUDA_DEVICE_MAX_CONNECTIONS", "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", "USE_MNNVL")}
     return {"torch": torch_min, "transformer_engine": te_min, "dispatch_import": dispatch, "env": required_env,
             "needs_nvcc": backend == "hybridep",
+            # RUN014: the Hugging Face model whose config Bridge's recipe reads at start-up (cache or hub)
+            "hf_config": _hf_config(plan),
             # RUN013: the buffer one MoE layer builds, on one GPU (sizes only shape the probe's allocation)
             "hybridep_probe": {"hidden": int(plan.model["hidden_size"]),
                                "tokens": int(plan["seq_length"]) * int(plan["micro_batch_size"]),
@@ -235,6 +237,12 @@ def requirements(plan: Plan) -> dict[str, Any]:
             "needs_apex": bool(plan["gradient_accumulation_fusion"]),  # on only with TE and Apex (parallelism.py)
             # Megatron-Core 0.16+ builds Muon from emerging-optimizers >= 0.2 (optimizer/__init__.py)
             **({"emerging_optimizers": "0.2.0"} if plan.get("optimizer") == "muon" else {})}
+
+
+def _hf_config(plan: Plan) -> str | None:
+    """The Hugging Face model whose config Bridge's recipe reads at start-up (preflight RUN014), if any."""
+    bridge = plan.model.get("bridge") or {}
+    return plan.model.get("hf_id") if bridge.get("recipe") and bridge.get("needs_hf_config") else None
 
 
 def preflight_io(plan: Plan) -> dict[str, Any]:
@@ -274,7 +282,7 @@ def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
         **common, required_env=req["env"], torch_min=req["torch"], te_min=req["transformer_engine"],
         dispatch_import=tuple(req["dispatch_import"]) if req["dispatch_import"] else None,
         needs_nvcc=req["needs_nvcc"], needs_apex=req["needs_apex"], emerging_min=req.get("emerging_optimizers"),
-        hybridep_probe=req["hybridep_probe"], io=preflight_io(plan)),
+        hybridep_probe=req["hybridep_probe"], io=preflight_io(plan), hf_config=_hf_config(plan)),
         source, ih, shebang="#!/usr/bin/env bash")
     targets = launch["targets"]
     written = mounts.written(plan) if launch.get("container") else []  # made before they are mounted
