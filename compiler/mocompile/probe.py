@@ -349,7 +349,9 @@ def probe(output: str, gpu: str, gpus_per_node: int, name: str | None = None, re
     medians = [r["median_ms"] for r in runs if r["median_ms"]]
     if not medians:
         where = f"in {from_runs}" if from_runs is not None else f"(see {os.path.join(work, 'runs', 'probe-1.log')})"
-        raise UsageError(f"no probe run produced step times {where}; the profile was not written")
+        tail = "" if from_runs is not None else _tail(os.path.join(work, "runs", "probe-1.log"))
+        raise UsageError(f"no probe run produced step times {where}; the profile was not written"
+                         + (f"; its last lines:\n{tail}" if tail else ""))
     if from_runs is not None:
         result, why = read_kernels(os.path.join(from_runs, "kernels.json"))
     elif kernel_probe:
@@ -373,6 +375,17 @@ def probe(output: str, gpu: str, gpus_per_node: int, name: str | None = None, re
             "spread": round(measure.spread(medians), 3), "predicted_dgx_ms": round(dgx, 1), "runs": runs,
             "environment": {k: v for k, v in env.items() if k != "error"}, "kernels": kern,
             "not_measured": not_measured(kern)}
+
+
+def _tail(path: str, lines: int = 8) -> str:
+    """The last lines of a run's log (what failed), made safe to print."""
+    from mocompile.textsafe import visible
+
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return "\n".join("  " + visible(ln.rstrip("\n"))[:300] for ln in fh.readlines()[-lines:])
+    except OSError:
+        return ""
 
 
 def _recorded_env(folder: str) -> dict[str, Any]:

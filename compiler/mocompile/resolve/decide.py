@@ -180,7 +180,7 @@ def plan(ctx: Context) -> None:
         gap = res.anchor.step - w.step  # the shipped recipe may be faster only where the pins break it or it does not fit
         than = f"{abs(gap):.2f} s/step {'faster' if gap >= 0 else 'slower'}"
         head += f"; predicted {than} than the shipped {res.anchor.anchor} ({res.anchor.step:.2f} s, {lost})"
-    rejected = [(r.cand.label(), why_lost(r, w, res.reference)) for r in res.runners_up + res.excluded]
+    rejected = [(r.cand.label(), why_lost(r, w, res.reference, ctx.goal)) for r in res.runners_up + res.excluded]
     part = f"part of the chosen plan ({est.step_s:.2f} s/step; see tensor_model_parallel_size)"
     effects = res.effects
     values = settings(ctx, w.cand)
@@ -234,9 +234,9 @@ def plan(ctx: Context) -> None:
     ctx.planner = {
         "goal": ctx.goal, "candidates_scored": res.scored, "trust_margin": None if margin == float("inf") else margin,
         "chosen": dict(w.summary(), terms_s={k: round(v, 3) for k, v in est.terms.items()}, pins=pins(ctx, w.cand)),
-        "runners_up": [dict(r.summary(), why_lost=why_lost(r, w, res.reference), pins=pins(ctx, r.cand))
+        "runners_up": [dict(r.summary(), why_lost=why_lost(r, w, res.reference, ctx.goal), pins=pins(ctx, r.cand))
                        for r in res.runners_up],
-        "excluded": [dict(r.summary(), why_lost=why_lost(r, w)) for r in res.excluded],
+        "excluded": [dict(r.summary(), why_lost=why_lost(r, w, goal=ctx.goal)) for r in res.excluded],
         "anchor": None if res.anchor is None else dict(res.anchor.summary(), broken=res.anchor.broken or [],
                                                          fits=res.anchor.fits),
         "reference": None if ref is None else dict(ref.summary(), kind=ref.kind, pins=pins(ctx, ref.cand)),

@@ -905,13 +905,21 @@ def min_gpus_that_fit(ctx: Context, limit_gpus: int = 16384) -> int | None:
     return best
 
 
-def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None) -> str:
+def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None, goal: str = "throughput") -> str:
     """One line: what makes ``loser`` worse than ``winner``; ``anchor``: the shipped recipe the search
-    scored, against which a plan predicted faster than the winner fell short of its margin."""
+    scored, against which a plan predicted faster than the winner fell short of its margin. Under goal fit or
+    bring-up a faster plan loses on the goal's own order (memory; simplicity), and says so."""
     if loser.broken:
         return "breaks " + ", ".join(loser.broken)
     if not loser.fits:
         return f"does not fit ({loser.mem['total_gib']:.1f} GiB)"
+    d = loser.step - winner.step
+    pace = f"{abs(d):.2f} s/step {'faster' if d < 0 else 'slower'}"
+    if goal == "fit" and loser.mem["total_gib"] > winner.mem["total_gib"]:
+        return (f"{loser.mem['total_gib'] - winner.mem['total_gib']:.1f} GiB more ({loser.mem['total_gib']:.1f} GiB; "
+                f"goal fit takes the least memory first), {pace}")
+    if goal == "bring-up" and d < 0:
+        return f"{pace}, but not the simplest legal plan (goal bring-up: least model parallelism, alltoall, no overlap, no graphs)"
     diff = {k: loser.est.terms.get(k, 0.0) - winner.est.terms.get(k, 0.0) for k in winner.est.terms if k != "a2a_total"}
     term, delta = max(diff.items(), key=lambda kv: kv[1])
     names = {"compute": "compute", "a2a_exposed": "exposed all-to-all", "overlap_slowdown": "SMs lost to overlapped "
@@ -921,12 +929,14 @@ def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None) -> str
     if anchor is not None and slower < 0:
         d = knob_distance(loser.cand, anchor.cand)
         need = 1.0 - required_ratio(trust_margin(), d)
-        gain = f"{1 - loser.step / anchor.step:.0%}"
+        rel = 1 - loser.step / anchor.step
+        gain = f"{abs(rel):.0%}"
+        side = "faster" if rel >= 0 else "slower"
         # by value, not identity: a verdict read back from the plan cache holds copies
         ref_won = winner.anchor is not None and winner.cand == anchor.cand
         what = KIND_PHRASE.get(anchor.kind or "shipped", "the reference plan")
-        than = (f"{-slower:.2f} s ({gain}) faster than {what}" if ref_won else
-                f"{-slower:.2f} s faster than the chosen plan and {gain} faster than {what}")
+        than = (f"{-slower:.2f} s ({gain}) {side} than {what}" if ref_won else
+                f"{-slower:.2f} s faster than the chosen plan and {gain} {side} than {what}")
         measured = ", which is measured" if (anchor.kind or "shipped") == "shipped" else ""
         return (f"predicted {than}{measured}: within the model's {need:.0%} error for a plan {d} "
                 f"knob{'s' if d != 1 else ''} away from it")
