@@ -919,7 +919,8 @@ def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None, goal: 
         return (f"{loser.mem['total_gib'] - winner.mem['total_gib']:.1f} GiB more ({loser.mem['total_gib']:.1f} GiB; "
                 f"goal fit takes the least memory first), {pace}")
     if goal == "bring-up" and d < 0:
-        return f"{pace}, but not the simplest legal plan (goal bring-up: least model parallelism, alltoall, no overlap, no graphs)"
+        return (f"{pace}, but not the simplest legal plan (goal bring-up: least model parallelism, alltoall, "
+                "no overlap, no graphs)")
     diff = {k: loser.est.terms.get(k, 0.0) - winner.est.terms.get(k, 0.0) for k in winner.est.terms if k != "a2a_total"}
     term, delta = max(diff.items(), key=lambda kv: kv[1])
     names = {"compute": "compute", "a2a_exposed": "exposed all-to-all", "overlap_slowdown": "SMs lost to overlapped "
