@@ -203,6 +203,43 @@ def test_preflight_checks_hybridep_package_and_variables(tmp_path):
     assert proc.returncode != 0 and f"RUN002 Transformer Engine 1.6.0 < {req['transformer_engine']}" in proc.stderr
 
 
+def _extension(site: Path, name: str, static_libstdcxx: bool) -> None:
+    """A real C++ extension file beside the fake deep_ep, built with the system g++: one that uses an
+    ostringstream (as HybridEP's get_comm_id does), linked against libstdc++.so.6 or with its own static copy
+    (what the GPU hosts' compiler wrapper did)."""
+    src = site / f"{name}.cpp"
+    src.write_text("#include <sstream>\n#include <string>\n"
+                   "std::string comm_id(int rank) { std::ostringstream o; o << rank; return o.str(); }\n")
+    flags = ["-static-libstdc++"] if static_libstdcxx else []
+    out = site / f"{name}.cpython-312-x86_64-linux-gnu.so"
+    subprocess.run(["g++", "-shared", "-fPIC", *flags, "-o", str(out), str(src)], check=True, capture_output=True)
+    # importlib finds it under the interpreter's own suffix only
+    import importlib.machinery
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    if not out.name.endswith(suffix):
+        out.rename(site / f"{name}{suffix}")
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs the system g++ to build the fake extensions")
+@pytest.mark.parametrize("static,fails", [(True, True), (False, False)])
+def test_preflight_run015_finds_a_deepep_extension_carrying_its_own_libstdcxx(tmp_path, static, fails):
+    req = _lock(HYBRIDEP_PREFLIGHT)["requirements"]
+    site = fake_site(tmp_path / "site")
+    _extension(site, "hybrid_ep_cpp", static)
+    proc, _ = run_preflight(HYBRIDEP_PREFLIGHT, {"PYTHON": sys.executable, "PYTHONPATH": str(site),
+                                                 **_runtime_env(req, tmp_path)})
+    found = [ln for ln in proc.stderr.splitlines() if "RUN015" in ln]
+    if fails:
+        assert proc.returncode != 0 and found, proc.stderr
+        assert "hybrid_ep_cpp" in found[0] and "CC=/usr/bin/gcc CXX=/usr/bin/g++" in found[0]
+        # with a GPU visible and a buffer that would crash, RUN013 is not attempted once RUN015 has failed
+        proc, _ = run_preflight(HYBRIDEP_PREFLIGHT, {"PYTHON": sys.executable, "PYTHONPATH": str(site), "FAKE_CUDA": "1",
+                                                     "FAKE_HYBRIDEP": "segv", **_runtime_env(req, tmp_path)})
+        assert "RUN015" in proc.stderr and "RUN013" not in proc.stderr, proc.stderr
+    else:
+        assert not found and proc.returncode == 0, proc.stdout + proc.stderr
+
+
 HYBRIDEP_PREFLIGHT = ROOT / "generated" / "qwen3-30b-a3b-h100x16-hybridep" / "preflight.sh"
 
 

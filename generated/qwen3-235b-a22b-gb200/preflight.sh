@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-235b-a22b-gb200.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:3465d2899d5ddf95 input sha256:c862d18dba0b3c94
+# mocompile: checksum sha256:05f569c8ee8c96f1 input sha256:c862d18dba0b3c94
 # qwen3-235b-a22b-gb200: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
 #   RUN003 the dispatcher's package (deep_ep) does not import
+#   RUN015 a DeepEP extension carries its own libstdc++ (it would crash at its first ostream use)
 #   RUN004 a required environment variable is missing or wrong in the job environment
 #   RUN005 HybridEP compiles its kernels at first use: CUDA_HOME must hold bin/nvcc
 #   RUN013 HybridEP's buffer must construct on one GPU in a child process (a DeepEP build whose
@@ -60,6 +61,49 @@ if DISPATCH_IMPORT is not None:
         getattr(__import__(module, fromlist=[name]), name)
     except (ImportError, AttributeError) as exc:
         failures.append(f"RUN003 {module}.{name} does not import ({exc}); build DeepEP's hybrid-ep branch")
+    # RUN015: a DeepEP extension that carries its own copy of libstdc++ (linked statically by a compiler wrapper)
+    # crashes at its first ostream use (HybridEP's get_comm_id): its .dynstr names std:: symbols but its
+    # DT_NEEDED entries lack libstdc++.so.6. Read from the ELF file itself: nodes may have no binutils.
+    import importlib.util
+    import struct
+
+    def elf_needed_and_strings(path):
+        with open(path, "rb") as fh:
+            data = fh.read()
+        if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:  # 64-bit little-endian only
+            return None, b""
+        shoff, = struct.unpack_from("<Q", data, 0x28)
+        shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+        sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+        for _name, sh_type, _f, _a, off, size, link, _i, _al, _es in sections:
+            if sh_type == 6:  # SHT_DYNAMIC; its sh_link is the string table it uses (.dynstr)
+                strtab = data[sections[link][4]:sections[link][4] + sections[link][5]]
+                needed = []
+                for k in range(0, size, 16):
+                    tag, val = struct.unpack_from("<qQ", data, off + k)
+                    if tag == 0:
+                        break
+                    if tag == 1:  # DT_NEEDED
+                        needed.append(strtab[val:strtab.index(b"\0", val)].decode(errors="replace"))
+                return needed, strtab
+        return [], b""
+
+    for ext in ("deep_ep_cpp", "hybrid_ep_cpp"):
+        try:
+            spec = importlib.util.find_spec(ext)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+            continue
+        try:
+            needed, strings = elf_needed_and_strings(spec.origin)
+        except (OSError, struct.error, ValueError, IndexError):
+            continue
+        if needed is not None and "libstdc++.so.6" not in needed and strings.count(b"_ZNSt") > 50:
+            failures.append(f"RUN015 {spec.origin} carries its own libstdc++ (it names {strings.count(b'_ZNSt')} std:: "
+                            "symbols but does not load libstdc++.so.6): its first ostream use crashes "
+                            "(HybridEP's get_comm_id); rebuild DeepEP with CC=/usr/bin/gcc CXX=/usr/bin/g++, not a "
+                            "compiler wrapper that links libstdc++ statically")
 if NEEDS_NVCC:
     cuda_home = os.environ.get("CUDA_HOME", "")
     if not cuda_home or not os.access(os.path.join(cuda_home, "bin", "nvcc"), os.X_OK):
@@ -93,7 +137,7 @@ print("ok")
 """
 if os.environ.get("MOCOMPILE_SKIP_HYBRIDEP_PROBE", "") == "1":
     print("preflight: RUN013 skipped (MOCOMPILE_SKIP_HYBRIDEP_PROBE=1)")
-elif not any(f.startswith(("RUN001", "RUN003", "RUN005")) for f in failures):
+elif not any(f.startswith(("RUN001", "RUN003", "RUN005", "RUN015")) for f in failures):
     import json
     import signal
     import subprocess
