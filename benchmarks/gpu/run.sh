@@ -93,7 +93,10 @@ else
     src="$(find /tmp/deepep-build -maxdepth 2 -name setup.py -printf '%h\n' | head -1)"
     t0=${SECONDS}
     echo "run.sh: building DeepEP from $(basename "${srctar}") for sm ${arch} (CPATH+=${cccl}, log /tmp/deepep-build.log)"
-    if (cd "${src}" && CPATH="${cccl}${CPATH:+:${CPATH}}" TORCH_CUDA_ARCH_LIST="${arch}" MAX_JOBS="$(nproc)" \
+    # The system compilers, not the hosts' CC/CXX wrappers: those link a private static libstdc++ into the
+    # extensions, whose first ostream use then segfaults (HybridEP's get_comm_id; preflight RUN015 finds it).
+    if (cd "${src}" && CC="${DEEPEP_CC:-/usr/bin/gcc}" CXX="${DEEPEP_CXX:-/usr/bin/g++}" \
+          CPATH="${cccl}${CPATH:+:${CPATH}}" TORCH_CUDA_ARCH_LIST="${arch}" MAX_JOBS="$(nproc)" \
           timeout "${DEEPEP_BUILD_TIMEOUT:-300}" "${PYTHON}" -m pip wheel --no-build-isolation --no-deps --no-index \
           -w /tmp/deepep-build/dist .) > /tmp/deepep-build.log 2>&1; then
       "${PYTHON}" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "${SITE}" /tmp/deepep-build/dist/deep_ep-*.whl
