@@ -290,6 +290,18 @@ BOUNDARIES = [
     ("OPT002", dict(optimizer="muon", mcore_version="0.15.3"), dict(optimizer="adam", mcore_version="0.15.3")),
     ("OPT003", dict(optimizer="muon", bridge_version="0.2.2"), dict(optimizer="muon", bridge_version="0.3.0")),
     ("OPT003", dict(optimizer="muon", bridge_version="0.2.2"), dict(optimizer="adam", bridge_version="0.2.2")),
+    # DET001/DET002 deterministic mode against the user's launch environment: each term on its own
+    ("DET001", dict(deterministic_mode=True, env={"NCCL_ALGO": "NVLS"}),
+     dict(deterministic_mode=True, env={"NCCL_ALGO": "Tree"})),
+    ("DET001", dict(deterministic_mode=True, env={"NCCL_ALGO": "NVLS"}),
+     dict(deterministic_mode=False, env={"NCCL_ALGO": "NVLS"})),
+    ("DET001", dict(deterministic_mode=True, env={"NCCL_ALGO": "ring"}), dict(deterministic_mode=True, env={})),  # case matters
+    ("DET002", dict(deterministic_mode=True, te_version="2.12.0", env={"NVTE_ALLOW_NONDETERMINISTIC_ALGO": "1"}),
+     dict(deterministic_mode=True, te_version="2.12.0", env={"NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0"})),
+    ("DET002", dict(deterministic_mode=True, te_version="2.12.0", env={"NVTE_ALLOW_NONDETERMINISTIC_ALGO": "1"}),
+     dict(deterministic_mode=True, te_version=None, env={"NVTE_ALLOW_NONDETERMINISTIC_ALGO": "1"})),
+    ("DET002", dict(deterministic_mode=True, te_version="2.12.0", env={"NVTE_ALLOW_NONDETERMINISTIC_ALGO": "1"}),
+     dict(deterministic_mode=False, te_version="2.12.0", env={"NVTE_ALLOW_NONDETERMINISTIC_ALGO": "1"})),
     # OPT004-OPT007 Adam's memory levers: each term on its own
     ("OPT004", dict(optimizer="muon", optimizer_state="fp32-remainders"), dict(optimizer="muon", optimizer_state="fp32")),
     ("OPT004", dict(optimizer="muon", optimizer_state="bf16-moments"), dict(optimizer="adam", optimizer_state="bf16-moments",

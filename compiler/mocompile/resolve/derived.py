@@ -66,6 +66,13 @@ def environment(ctx: Context) -> None:
     for key, (value, why) in sm_margins(ctx).items():
         _env(ctx, key, value, why)
     _env(ctx, "NCCL_NVLS_ENABLE", "0", "NVLink SHARP multicast off: not needed for EP and unavailable on many hosts")
+    if ctx["deterministic_mode"]:
+        why = "training.deterministic (Bridge recipes/utils/determinism_utils.py apply_determinism_overrides)"
+        _env(ctx, "CUBLAS_WORKSPACE_CONFIG", ":4096:8", f"{why}: deterministic cuBLAS workspaces")
+        _env(ctx, "NCCL_ALGO", "Ring", f"{why}: a fixed reduction order; Bridge asserts one of Tree, Ring, "
+             "CollnetDirect, CollnetChain, ^NVLS")
+        _env(ctx, "NVTE_ALLOW_NONDETERMINISTIC_ALGO", "0", f"{why}: deterministic TE attention kernels; "
+             "Megatron-Core's TEDotProductAttention raises otherwise (extensions/transformer_engine.py)")
     _env(ctx, "PYTHONUNBUFFERED", "1", "live logs")
     for key, value in sorted(ctx["env"].items()):
         if key not in ctx.env:

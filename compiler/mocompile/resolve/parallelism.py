@@ -72,6 +72,8 @@ def base(ctx: Context) -> None:
     ctx.set("fp8_dispatch", False, "default", "Megatron dispatches in BF16")
     ctx.user_or("optimizer", ("training", "optimizer"), t.get("optimizer", "adam"), "default",
                 "schema default: Megatron's distributed Adam")
+    ctx.user_or("deterministic_mode", ("training", "deterministic"), False, "default",
+                "schema default: Megatron's fast kernels, not bitwise reproducible")
     # Adam's memory levers: pinned, or the lightest until decide.plan finds that no plan fits without them
     state = t.get("optimizer_state", "auto")
     bridge = ctx.model.get("bridge") or {}

@@ -33,8 +33,11 @@ def host_and_fusion(ctx: Context) -> None:
     rope = fast and _te_at_least(ctx, "1.4.0") and not mla
     ctx.set("apply_rope_fusion", rope, "goal", f"{COMMON}: fused RoPE (TE >= 1.4)" if rope else
             (why_not if not fast else "needs TE >= 1.4 and, with MLA, YaRN RoPE (transformer_config.py)"))
-    ce = fast and te
+    det = bool(ctx["deterministic_mode"])
+    ce = fast and te and not det
     ctx.set("cross_entropy_loss_fusion", ce, "goal", f"{COMMON}: fused cross-entropy in TE" if ce else
+            "training.deterministic: Bridge refuses cross-entropy fusion in deterministic mode (training/config.py "
+            "ConfigContainer._validate_and_apply_deterministic_mode)" if det else
             (why_not if not fast else "TE cross-entropy needs Transformer Engine"))
     ctx.set("cross_entropy_fusion_impl", "te" if ce else "native", "goal",
             f"{COMMON}: cross_entropy_fusion_impl='te'" if ce else "Megatron's default")

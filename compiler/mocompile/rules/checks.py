@@ -95,6 +95,8 @@ def memory_limit(c: dict[str, Any]) -> float:
 
 # the package each flex backend imports (what `mocompile probe` records as missing)
 FLEX_PACKAGES = {"deepep": "deep_ep", "hybridep": "hybrid_ep"}
+# NCCL algorithms Bridge accepts in deterministic mode (training/config.py _validate_and_apply_deterministic_mode)
+DETERMINISTIC_NCCL_ALGOS = ("Tree", "Ring", "CollnetDirect", "CollnetChain", "^NVLS")
 
 
 def package_missing(backend: str | None, missing: list[str] | None) -> str | None:
@@ -214,6 +216,11 @@ CHECKS: dict[str, Check] = {
     "OPT001": lambda c: c.get("optimizer", "adam") == "muon" and bool(c["fp16"]),
     "OPT002": lambda c: c.get("optimizer", "adam") == "muon",  # catalogue versions: megatron-core < 0.16.0
     "OPT003": lambda c: c.get("optimizer", "adam") == "muon",  # catalogue versions: Megatron-Bridge < 0.3.0
+    # training.deterministic against a launch environment the user set
+    "DET001": lambda c: bool(c.get("deterministic_mode")) and str((c.get("env") or {}).get("NCCL_ALGO", "Ring"))
+    not in DETERMINISTIC_NCCL_ALGOS,
+    "DET002": lambda c: bool(c.get("deterministic_mode")) and c.get("te_version") is not None
+    and str((c.get("env") or {}).get("NVTE_ALLOW_NONDETERMINISTIC_ALGO", "0")) != "0",
     # Adam's memory levers (training.optimizer_state, training.optimizer_offload)
     "OPT004": lambda c: c.get("optimizer", "adam") != "adam" and c.get("optimizer_state", "fp32") != "fp32",
     "OPT005": lambda c: c.get("optimizer_state", "fp32") != "fp32" and c.get("te_version") is None

@@ -72,6 +72,8 @@ def context(cfg: dict[str, Any]) -> dict[str, Any]:
         ep_group=cfg.get("expert_model_parallel_size", 1) * cfg.get("expert_tensor_parallel_size", 1),
         missing_package=missing_package(cfg) if "moe_token_dispatcher_type" in cfg else None,
         deepep_sizes=", ".join(map(str, DEEPEP_GROUP_SIZES)),
+        nccl_algo=(cfg.get("env") or {}).get("NCCL_ALGO"),
+        nvte_nondeterministic=(cfg.get("env") or {}).get("NVTE_ALLOW_NONDETERMINISTIC_ALGO"),
         hybridep_ranks=cfg.get("hybridep_ranks_per_domain"),
         stages=pp * vpp,
         layers_per_rank=cfg.get("num_layers", 0) // max(1, pp),
