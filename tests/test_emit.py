@@ -271,3 +271,24 @@ def test_preflight_run014_fails_when_the_hub_does_not_answer(tmp_path):
 def test_custom_models_need_no_hub_and_get_no_run014():
     files = _artifacts({})
     assert "RUN014" not in files["preflight.sh"]
+
+
+# training.deterministic: what Bridge's apply_determinism_overrides sets, and nothing when it is off.
+
+def test_deterministic_mode_emits_bridges_determinism_overrides():
+    files = _artifacts({"training.deterministic": True, "versions.transformer_engine": "2.12.0"})
+    train, launch = files["train.py"], files["torchrun.sh"]
+    assert "model.deterministic_mode = True" in train
+    assert "model.cross_entropy_loss_fusion = False  # goal: training.deterministic" in train
+    for line in ("export CUBLAS_WORKSPACE_CONFIG=:4096:8", "export NCCL_ALGO=Ring",
+                 "export NVTE_ALLOW_NONDETERMINISTIC_ALGO=0"):
+        assert line in launch
+    lock = json.loads(files["mocompile.lock.json"])
+    assert lock["settings"]["deterministic_mode"]["value"] is True
+    assert lock["env"]["NCCL_ALGO"]["reason"].startswith("training.deterministic")
+
+
+def test_without_deterministic_mode_nothing_of_it_is_emitted():
+    files = _artifacts({"versions.transformer_engine": "2.12.0"})
+    assert "model.deterministic_mode = False" in files["train.py"]
+    assert "NCCL_ALGO" not in files["torchrun.sh"] and "CUBLAS_WORKSPACE_CONFIG" not in files["torchrun.sh"]
