@@ -204,7 +204,8 @@ def memory_line(m: dict[str, Any]) -> str:
     holds beside it (each term as the estimate rounds it, so the parts add up to within rounding)."""
     parts = [("weights+optimizer", "weights_and_optimizer_gib"), ("activations", "activations_gib"),
              ("logits", "logits_gib"), ("CUDA-graph buffers", "graph_buffers_gib"),
-             ("unfused wgrad buffers", "unfused_wgrad_gib")]
+             ("unfused wgrad buffers", "unfused_wgrad_gib"),
+             ("optimizer step (fp32 gradient copies, unscaled moments) beyond the freed activations", "optimizer_step_gib")]
     peak = " + ".join(f"{label} {m[key]}" for label, key in parts if m.get(key))
     return (f"memory estimate: {m.get('total_gib')} GiB of {m.get('gpu_memory_gib')} GiB per GPU = PyTorch peak "
             f"{m.get('estimate_gib')} ({peak}) + dispatcher buffers {m.get('dispatcher_buffers_gib')} + NCCL/context "

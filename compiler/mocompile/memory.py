@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 from mocompile.datafiles import load_yaml
-from mocompile.optimizer_state import state_bytes_per_param
+from mocompile.optimizer_state import state_bytes_per_param, step_bytes
 
 GIB = 1024 ** 3
 LIMITS = os.path.join(os.path.dirname(__file__), "data", "memory.yaml")
@@ -195,7 +195,12 @@ class Estimator:
             layer = (p["attention"] / m["num_layers"] + (p["shared"] + p["router"]) / n_moe) / tp \
                 + p["experts"] / n_moe / (ep * etp)
             unfused_wgrad = 2.0 * (layer + p["embedding"] / 2 / tp)
-        hit = self._weights[key] = (dp, layers_rank, dense, experts, weights, unfused_wgrad)
+        # what exists only while Adam steps, per parameter of this rank's optimizer shard (optimizer_state.step_bytes)
+        step = 0.0
+        if opt != "muon":
+            per = step_bytes(st, off, fp8m, main_grad_copies=grad == 2)
+            step = (dense / dp + experts / edp) * per
+        hit = self._weights[key] = (dp, layers_rank, dense, experts, weights, unfused_wgrad, step)
         return hit
 
     def _bytes_per_token(self, modules: tuple[str, ...], full: bool) -> float:
@@ -293,29 +298,32 @@ class Estimator:
     def _parts(self, tp: int, pp: int, vpp: int, ep: int, etp: int, cp: int, granularity: Any,
                modules: tuple[str, ...], overlap: bool, backend: str | None, ranks: int | None,
                graph_impl: str, graph_scopes: tuple[str, ...] | None = None) -> tuple[float, ...]:
-        dp, layers_rank, dense, experts, weights, unfused_wgrad = self._weights_of(tp, pp, cp, ep, etp)
+        dp, layers_rank, dense, experts, weights, unfused_wgrad, step = self._weights_of(tp, pp, cp, ep, etp)
         tokens, in_flight, acts, logits = self._acts_of(tp, pp, vpp, cp, dp, layers_rank, granularity, modules,
                                                         overlap)
         buffers = self._buffers(ep, etp, backend, ranks)
         graphs = self._graphs(graph_impl, acts, layers_rank, overlap, tokens, graph_scopes)
-        allocated = weights + acts + logits + graphs + unfused_wgrad
+        transient = acts + logits + unfused_wgrad
+        step_extra = max(0.0, step - transient)  # the optimizer step's peak, where it tops the backward's
+        allocated = weights + acts + logits + graphs + unfused_wgrad + step_extra
         total = allocated + buffers + WORKSPACE_GIB * GIB
-        return allocated, total, weights, acts, logits, buffers, graphs, dense, experts, in_flight
+        return allocated, total, weights, acts, logits, buffers, graphs, dense, experts, in_flight, step_extra
 
     def knobs(self, tp: int, pp: int, vpp: int, ep: int, etp: int, cp: int, overlap: bool, backend: str | None,
               ranks: int | None, graph_impl: str, graph_scopes: tuple[str, ...] | None = None) -> tuple[Any, ...]:
         """What ``total_gib`` needs of a candidate but its recompute rung: its weights and dispatcher buffers
         are the same at every rung."""
-        dp, layers_rank, _, _, weights, unfused_wgrad = self._weights_of(tp, pp, cp, ep, etp)
+        dp, layers_rank, _, _, weights, unfused_wgrad, step = self._weights_of(tp, pp, cp, ep, etp)
         return (tp, pp, vpp, cp, dp, layers_rank, weights, unfused_wgrad, self._buffers(ep, etp, backend, ranks),
-                overlap, graph_impl, graph_scopes)
+                overlap, graph_impl, graph_scopes, step)
 
     def total_gib(self, knobs: tuple[Any, ...], granularity: Any, modules: tuple[str, ...]) -> float:
         """``estimate(...)["total_gib"]`` (what a fit test reads) of ``knobs`` at one recompute rung."""
-        tp, pp, vpp, cp, dp, layers_rank, weights, unfused_wgrad, buffers, overlap, graph_impl, scopes = knobs
+        tp, pp, vpp, cp, dp, layers_rank, weights, unfused_wgrad, buffers, overlap, graph_impl, scopes, step = knobs
         tokens, _, acts, logits = self._acts_of(tp, pp, vpp, cp, dp, layers_rank, granularity, modules, overlap)
         graphs = self._graphs(graph_impl, acts, layers_rank, overlap, tokens, scopes)
-        allocated = weights + acts + logits + graphs + unfused_wgrad  # as in _parts, term by term
+        step_extra = max(0.0, step - (acts + logits + unfused_wgrad))
+        allocated = weights + acts + logits + graphs + unfused_wgrad + step_extra  # as in _parts, term by term
         return round((allocated + buffers + WORKSPACE_GIB * GIB) / GIB, 2)
 
     def estimate(self, tp: int, pp: int, vpp: int, ep: int, etp: int, cp: int, granularity: Any,
@@ -324,7 +332,7 @@ class Estimator:
         """The estimate of one candidate: ``modules`` only for selective recompute, ``backend`` only for the
         flex dispatcher, ``ranks`` HybridEP's ranks per domain (None: the EP group), ``graph_scopes`` its TE
         graph scopes (None: those of the settings this estimator was made from)."""
-        allocated, total, weights, acts, logits, buffers, graphs, dense, experts, in_flight = self._parts(
+        allocated, total, weights, acts, logits, buffers, graphs, dense, experts, in_flight, step_extra = self._parts(
             tp, pp, vpp, ep, etp, cp, granularity, modules, overlap, backend, ranks, graph_impl, graph_scopes)
         return {
             # Peak of PyTorch's allocator (comparable to torch.cuda.max_memory_allocated).
@@ -337,7 +345,9 @@ class Estimator:
             "dispatcher_buffers_gib": round(buffers / GIB, 2),
             "graph_buffers_gib": round(graphs / GIB, 2),
             # the rest of the allocator's peak: weight-gradient buffers of layers whose wgrad is not fused
-            "unfused_wgrad_gib": round((allocated - weights - acts - logits - graphs) / GIB, 2),
+            "unfused_wgrad_gib": round((allocated - weights - acts - logits - graphs - step_extra) / GIB, 2),
+            # the optimizer step's temporaries beyond what the backward's activations had freed (optimizer_state.py)
+            "optimizer_step_gib": round(step_extra / GIB, 2),
             "nccl_context_gib": WORKSPACE_GIB,
             "params_per_gpu_m": round((dense + experts) / 1e6, 1),
             "in_flight_microbatches": round(in_flight, 2),

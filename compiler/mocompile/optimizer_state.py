@@ -56,13 +56,28 @@ STATES = tuple(MASTER_BYTES)
 
 
 def adam_bytes(state: str = "fp32", offload: float = 0.0, fp8_master: bool = False) -> float:
-    """Adam's state bytes per parameter on the GPU at the step's peak (before DP sharding). ``fp8_master``: an
-    FP8 recipe other than delayed scaling, whose fp32 master Megatron-Core keeps itself (no remainders)."""
-    master = MASTER_BYTES.get(state, 4.0) + (REMAINDER_PEAK_BYTES if state != "fp32" else 0.0)
-    if fp8_master:
-        master = 4.0
-    moments = MOMENT_BYTES.get(state, 8.0) + UNSCALED_MOMENT_BYTES.get(state, 0.0)
-    return master + moments * (1.0 - min(1.0, max(0.0, offload)))
+    """Adam's state bytes per parameter on the GPU at rest (before DP sharding). ``fp8_master``: an FP8 recipe
+    other than delayed scaling, whose fp32 master Megatron-Core keeps itself (no remainders)."""
+    master = 4.0 if fp8_master else MASTER_BYTES.get(state, 4.0)
+    return master + MOMENT_BYTES.get(state, 8.0) * (1.0 - min(1.0, max(0.0, offload)))
+
+
+def step_bytes(state: str = "fp32", offload: float = 0.0, fp8_master: bool = False,
+               main_grad_copies: bool = True) -> float:
+    """Bytes per parameter of the optimizer shard that exist only while Adam steps (after the backward has freed
+    the activations): the distributed optimizer's fp32 copies of the gradients when the gradient buffer is bf16
+    (``distrib_optimizer.py`` ``_copy_model_grads_to_main_grads``: ``shard_model_grad.float()`` for every shard
+    at once; ``main_grad_copies``), the remainder path's 2 bytes, and TE FusedAdam's fp32 copies of bf16
+    moments. Measured: the peak of every plan on the lent hosts is this step, not the backward
+    (``benchmarks/results/levers-2026-11-27``, ``deterministic-2026-11-27``)."""
+    kept = 1.0 - min(1.0, max(0.0, offload))
+    extra = REMAINDER_PEAK_BYTES if state != "fp32" and not fp8_master else 0.0
+    return extra + UNSCALED_MOMENT_BYTES.get(state, 0.0) * kept + (4.0 if main_grad_copies else 0.0)
+
+
+def adam_peak_bytes(state: str = "fp32", offload: float = 0.0, fp8_master: bool = False) -> float:
+    """At rest plus what only the step adds beyond fp32 state: what the memory ladder compares."""
+    return adam_bytes(state, offload, fp8_master) + step_bytes(state, offload, fp8_master, main_grad_copies=False)
 
 
 def host_bytes(offload: float) -> float:

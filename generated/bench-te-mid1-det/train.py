@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid1-det.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:db64c295f8ce0d41 input sha256:ae1cc12dcb29fab9
+# mocompile: checksum sha256:6e25478717d29da1 input sha256:ae1cc12dcb29fab9
 """bench-te-mid1-det: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 1x NVIDIA H100 80GB HBM3, goal throughput.
@@ -114,7 +114,7 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 2048  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.70 s/step, 165 TFLOPS/GPU, 56.9 GiB (of 19 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.699 s/step: the fastest plan found (TP1 PP1 EP1, alltoall, overlap off, recompute none, graphs te_rp) is predicted 0.697 s/step, 0.3% faster, inside the model's 16% error for a plan 1 knob away
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.70 s/step, 165 TFLOPS/GPU, 64.5 GiB (of 19 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.699 s/step: the fastest plan found (TP1 PP1 EP1, alltoall, overlap off, recompute none, graphs te_rp) is predicted 0.697 s/step, 0.3% faster, inside the model's 16% error for a plan 1 knob away
     model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size)
     model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
@@ -128,10 +128,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = True  # user: pinned in the recipe
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = None  # goal: lightest recompute that fits: 56.9 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 56.9 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 56.9 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 56.9 GiB <= 74 GiB usable
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 64.5 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 64.5 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 64.5 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 64.5 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size)
     model.cuda_graph_modules = []  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid2-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:0476db8d57b64ae5 input sha256:514407a2163cdd8e
+# mocompile: checksum sha256:5ea1823c243d9998 input sha256:514407a2163cdd8e
 """bench-te-mid2-auto: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 2x NVIDIA H100 80GB HBM3, goal throughput.
@@ -115,7 +115,7 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 2048  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.36 s/step, 162 TFLOPS/GPU, 31.4 GiB (of 109 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.357 s/step: the fastest plan found (TP1 PP1 EP2, deepep, overlap off, recompute none, graphs te_rp) is predicted 0.336 s/step, 5.8% faster, inside the model's 22% error for a plan 2 knobs away
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.36 s/step, 162 TFLOPS/GPU, 32.9 GiB (of 109 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.357 s/step: the fastest plan found (TP1 PP1 EP2, deepep, overlap off, recompute none, graphs te_rp) is predicted 0.336 s/step, 5.8% faster, inside the model's 22% error for a plan 2 knobs away
     model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.36 s/step; see tensor_model_parallel_size)
     model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.36 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
@@ -129,10 +129,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = True  # user: pinned in the recipe
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = None  # goal: lightest recompute that fits: 31.4 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 31.4 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 31.4 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 31.4 GiB <= 74 GiB usable
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 32.9 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 32.9 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 32.9 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 32.9 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (0.36 s/step; see tensor_model_parallel_size)
     model.cuda_graph_modules = []  # goal: part of the chosen plan (0.36 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs

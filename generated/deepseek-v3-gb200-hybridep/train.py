@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-gb200-hybridep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:5146dedb3126fdeb input sha256:f309484c7a7a529e
+# mocompile: checksum sha256:dc44571cd734a2f8 input sha256:f309484c7a7a529e
 """deepseek-v3-gb200-hybridep: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 DeepSeek-V3 (671B-A37B) on 256x NVIDIA GB200 NVL72, goal throughput.
@@ -36,7 +36,7 @@ from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
-PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 8, 'virtual_pipeline_model_parallel_size': 4, 'pipeline_model_parallel_layout': 'Et|(tt|)*30mL', 'context_parallel_size': 1, 'expert_model_parallel_size': 32, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_flex_dispatcher_num_sms': 32, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': 'selective', 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': ['layernorm', 'moe_act', 'mla_up_proj', 'mlp'], 'cuda_graph_impl': 'transformer_engine', 'cuda_graph_modules': ['moe_router', 'moe_preprocess'], 'use_te_rng_tracker': True, 'mtp_num_layers': 1, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': True, 'cross_entropy_fusion_impl': 'te', 'moe_permute_fusion': True, 'deterministic_mode': False, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'hybridep'}
+PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 8, 'virtual_pipeline_model_parallel_size': 4, 'pipeline_model_parallel_layout': 'Et|(tt|)*30mL', 'context_parallel_size': 1, 'expert_model_parallel_size': 32, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_flex_dispatcher_num_sms': 32, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': 'selective', 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': ['mla_up_proj'], 'cuda_graph_impl': 'transformer_engine', 'cuda_graph_modules': ['moe_router', 'moe_preprocess'], 'use_te_rng_tracker': True, 'mtp_num_layers': 1, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': True, 'cross_entropy_fusion_impl': 'te', 'moe_permute_fusion': True, 'deterministic_mode': False, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'hybridep'}
 
 # The launch environment this plan was compiled for (launchers export the same block).
 ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_GRAPH_REGISTER': '0', 'NCCL_NVLS_ENABLE': '0', 'NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN': '32', 'NVTE_BWD_LAYERNORM_SM_MARGIN': '20', 'NVTE_FWD_LAYERNORM_SM_MARGIN': '20', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True', 'USE_MNNVL': '1'}
@@ -85,7 +85,7 @@ def build_config() -> ConfigContainer:
     cfg.ddp.overlap_param_gather = True  # derived: follows overlap_grad_reduce
     cfg.comm_overlap.tp_comm_overlap = False  # derived: TP communication overlap needs TE userbuffers set up for the exact shapes; mocompile does not plan it (Bridge's CommOverlapConfig.tp_comm_overlap)
     cfg.comm_overlap.overlap_moe_expert_parallel_comm = True  # user: pinned in the recipe
-    cfg.comm_overlap.delay_wgrad_compute = False  # goal: part of the chosen plan (27.35 s/step; see tensor_model_parallel_size)
+    cfg.comm_overlap.delay_wgrad_compute = False  # goal: part of the chosen plan (26.92 s/step; see tensor_model_parallel_size)
     cfg.comm_overlap.overlap_p2p_comm = True  # derived: interleaved pipeline: overlap p2p (Bridge's derivation)
     cfg.comm_overlap.batch_p2p_comm = False  # derived: not needed
     cfg.comm_overlap.overlap_grad_reduce = True  # derived: overlap the DP gradient reduce-scatter
@@ -98,22 +98,22 @@ def build_config() -> ConfigContainer:
     model.seq_length = 4096  # training.seq_length
     model.tensor_model_parallel_size = 1  # user: pinned in the recipe
     model.pipeline_model_parallel_size = 8  # user: pinned in the recipe
-    model.virtual_pipeline_model_parallel_size = 4  # goal: part of the chosen plan (27.35 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = 4  # goal: part of the chosen plan (26.92 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = 'Et|(tt|)*30mL'  # derived: balanced layout: embedding and loss counted as a layer each [PP002, PP003]
-    model.context_parallel_size = 1  # goal: part of the chosen plan (27.35 s/step; see tensor_model_parallel_size)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (26.92 s/step; see tensor_model_parallel_size)
     model.expert_model_parallel_size = 32  # user: pinned in the recipe
-    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (27.35 s/step; see tensor_model_parallel_size)
-    model.sequence_parallel = False  # goal: part of the chosen plan (27.35 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (26.92 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (26.92 s/step; see tensor_model_parallel_size)
     model.moe_flex_dispatcher_num_sms = 32  # derived: flex dispatcher SM budget used by the shipped perf recipes
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default [OVL010]
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = 'selective'  # goal: lightest recompute that fits: 155.8 GiB <= 171 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 155.8 GiB <= 171 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 155.8 GiB <= 171 GiB usable
-    model.recompute_modules = ['layernorm', 'moe_act', 'mla_up_proj', 'mlp']  # goal: lightest recompute that fits: 155.8 GiB <= 171 GiB usable
-    model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (27.35 s/step; see tensor_model_parallel_size); no graphs: same predicted step
-    model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: part of the chosen plan (27.35 s/step; see tensor_model_parallel_size)
+    model.recompute_granularity = 'selective'  # goal: lightest recompute that fits: 150.8 GiB <= 171 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 150.8 GiB <= 171 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 150.8 GiB <= 171 GiB usable
+    model.recompute_modules = ['mla_up_proj']  # goal: lightest recompute that fits: 150.8 GiB <= 171 GiB usable
+    model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (26.92 s/step; see tensor_model_parallel_size); no graphs: same predicted step
+    model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: part of the chosen plan (26.92 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker
     model.mtp_num_layers = 1  # model: model catalogue (deepseek-v3)
     model.apply_rope_fusion = False  # goal: needs TE >= 1.4 and, with MLA, YaRN RoPE (transformer_config.py)

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-h100-deepep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:2cbd22f99cd2c19d input sha256:6fa67c8f10564798
+# mocompile: checksum sha256:152e11561a8ffb7e input sha256:6fa67c8f10564798
 """deepseek-v3-h100-deepep: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 DeepSeek-V3 (671B-A37B) on 1024x NVIDIA H100 80GB HBM3, goal throughput.
@@ -109,8 +109,8 @@ def build_config() -> ConfigContainer:
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
     model.recompute_granularity = 'selective'  # user: pinned in the recipe
-    model.recompute_method = None  # goal: lightest recompute that fits: 68.0 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 68.0 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 61.6 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 61.6 GiB <= 74 GiB usable
     model.recompute_modules = ['mla_up_proj', 'layernorm', 'moe_act']  # user: pinned in the recipe
     model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (38.43 s/step; see tensor_model_parallel_size)
     model.cuda_graph_modules = []  # goal: part of the chosen plan (38.43 s/step; see tensor_model_parallel_size)

@@ -53,6 +53,8 @@ NOT_IN_POST_INIT = {
     "PREC003": "FP8 needs sm89+: Transformer Engine checks the device at run time",
     "OPT001": "Muon with fp16 is refused by the optimizer builder (optimizer/__init__.py), not the config",
     "OPT002": "Muon's modules (optimizer/muon.py) are absent before megatron-core 0.16: an import, not a config check",
+    "DET002": "TEDotProductAttention.__init__ (extensions/transformer_engine.py) raises when it builds attention, "
+              "reading the environment: not a config check",
     "OPT004": "OptimizerConfig, not TransformerConfig: tests/stack/test_parity_optimizer_config.py",
     "OPT005": "OptimizerConfig, not TransformerConfig: tests/stack/test_parity_optimizer_config.py",
     "OPT007": "the optimizer builder (optimizer/__init__.py) picks the CPU optimizer: not a config check",

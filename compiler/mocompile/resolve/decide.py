@@ -8,7 +8,7 @@ predicted effect of flipping it (from the step-time model) and the runners-up th
 from __future__ import annotations
 
 from mocompile import memory, steptime
-from mocompile.optimizer_state import adam_bytes
+from mocompile.optimizer_state import adam_peak_bytes
 from mocompile.resolve.context import Context
 from mocompile.resolve.search import (
     Scorer,
@@ -116,10 +116,10 @@ def lever_rungs(ctx: Context) -> list[tuple[str, float]]:
     # only rungs that hold less than where the plan stands (a recipe may start on a lower-precision state)
     # each rung must hold less at the step's peak than where the plan stands and than every rung before it (a
     # recipe may start on a lower-precision state; bf16 moments peak above fp32 state: optimizer_state.py)
-    best = adam_bytes(ctx["optimizer_state"], ctx["optimizer_offload_fraction"], fp8_master)
+    best = adam_peak_bytes(ctx["optimizer_state"], ctx["optimizer_offload_fraction"], fp8_master)
     kept = []
     for s, f in rungs:
-        b = adam_bytes(s, f, fp8_master)
+        b = adam_peak_bytes(s, f, fp8_master)
         if b < best:
             kept.append((s, f))
             best = b
