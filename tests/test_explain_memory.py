@@ -9,7 +9,8 @@ import pytest
 from conftest import ROOT, recipe_files, run_cli
 from mocompile.pipeline import analyse
 
-TERMS = ("weights_and_optimizer_gib", "activations_gib", "logits_gib", "graph_buffers_gib", "unfused_wgrad_gib", "optimizer_step_gib")
+TERMS = ("weights_and_optimizer_gib", "activations_gib", "logits_gib", "graph_buffers_gib", "unfused_wgrad_gib",
+         "optimizer_step_gib")
 
 
 @pytest.mark.parametrize("recipe", recipe_files())
