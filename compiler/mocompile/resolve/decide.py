@@ -41,7 +41,8 @@ DERIVED = {"data_parallel_size": "world / (TP*PP*CP)", "expert_data_parallel_siz
            "hybridep_ranks_per_domain": "HybridEP ranks per NVLink domain = min(NVLink domain, ETP*EP)",
            "overlap_p2p_comm": "interleaved pipeline overlaps p2p (Bridge's derivation)",
            "batch_p2p_comm": "plain pipeline batches p2p", "use_te_rng_tracker": "CUDA graphs need TE's RNG tracker"}
-GOAL_WHY = {"throughput": "fastest predicted plan", "fit": "lowest predicted memory, then fastest",
+GOAL_WHY = {"throughput": "fastest predicted plan",
+            "fit": "lowest predicted memory (plans within the estimate's measured error of it count as equal), then fastest",
             "bring-up": "simplest legal plan (alltoall, no overlap, no graphs, least model parallelism)"}
 
 

@@ -3,10 +3,11 @@
 Candidates are enumerated over what is not pinned (TP, PP, VPP, EP, ETP, CP, dispatcher, EP
 overlap, delayed wgrad, recompute rung, CUDA-graph scope), pruned early (divisibility, memory),
 scored by the step-time model (``mocompile.steptime``) and checked against the same rule catalogue
-as ``check``. Ranking follows the goal: predicted step time for ``throughput``, lowest memory then
-time for ``fit``, the simplest legal plan for ``bring-up``. The tuned perf recipe Bridge ships for
-the same model, GPU and precision (``data/anchors.yaml``) is always scored too, and is kept unless
-the model predicts another plan faster by more than its trust margin (``data/steptime.yaml``), widened
+as ``check``. Ranking follows the goal: predicted step time for ``throughput``, lowest memory (plans within
+the estimate's measured error of it count as equal) then time for ``fit``, the simplest legal plan for
+``bring-up``. The tuned perf recipe Bridge ships for the same model, GPU and precision
+(``data/anchors.yaml``) is always scored too, and is kept unless the model predicts another plan faster by
+more than its trust margin (``data/steptime.yaml``), widened
 with the number of knobs the plan changes (``required_ratio``).
 """
 
@@ -617,9 +618,15 @@ def complexity(c: Candidate) -> int:
         + (c.pp > 1) + (c.tp > 1) + (c.cp > 1)
 
 
-def _rank_key(goal: str):
+def _rank_key(goal: str, scored: list[Scored] | None = None):
+    """How a goal orders scored plans. ``fit``: the least memory first, but plans within the memory estimate's
+    measured error of the least (data/memory.yaml) count as equal and the fastest of them wins: a plan 0.2 GiB
+    larger is not "less likely to fit" by anything the estimate can tell, while being 2x slower is real."""
     if goal == "fit":
-        return lambda s: (not s.fits, s.mem["total_gib"], s.step)
+        fitting = [s.mem["total_gib"] for s in scored or [] if s.fits]
+        band = min(fitting) * (1 + memory.limits()["measured_error"]) if fitting else 0.0
+        return lambda s: (not s.fits, s.mem["total_gib"] > band, s.step if s.mem["total_gib"] <= band else 0.0,
+                          s.mem["total_gib"], s.step)
     if goal == "bring-up":
         return lambda s: (not s.fits, s.cand.tp * s.cand.pp * s.cand.cp, s.cand.pp, s.cand.tp,
                           s.cand.recompute[0] == "full", s.step)
@@ -763,7 +770,6 @@ def _search_pinned(ctx: Context) -> SearchResult:
     sc = Scorer(ctx)
     knobs = _knobs(ctx)
     rungs_by_ov = {ov: _rungs(ctx, ov) for ov in (False, True)}
-    key = _rank_key(ctx.goal)
 
     # 1. every layout with its default knobs and lightest fitting rung -> a shortlist of layouts.
     # The step model runs only on layouts that fit; the others are scored only if none fits.
@@ -782,7 +788,7 @@ def _search_pinned(ctx: Context) -> SearchResult:
     if ctx.goal == "fit" or len(first) < LAYOUT_SHORTLIST:
         unfit.sort(key=sc.total_gib)
         first += [sc.score(c) for c in unfit[:LAYOUT_SHORTLIST]]
-    first.sort(key=key)
+    first.sort(key=_rank_key(ctx.goal, first))
     shortlist = {(s.cand.tp, s.cand.pp, s.cand.vpp, s.cand.ep, s.cand.etp, s.cand.cp) for s in first[:LAYOUT_SHORTLIST]}
 
     # 2. the full knob product on the shortlisted layouts (and the anchor's)
@@ -805,7 +811,7 @@ def _search_pinned(ctx: Context) -> SearchResult:
         pool[anchor_scored.cand] = anchor_scored
 
     # 3. rank, then rule-check best first until the winner and three runners-up are legal
-    ranked = sorted(pool.values(), key=key)
+    ranked = sorted(pool.values(), key=_rank_key(ctx.goal, list(pool.values())))
     legal: list[Scored] = []
     excluded: list[Scored] = []
     seen: set[str] = set()
@@ -915,9 +921,9 @@ def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None, goal: 
         return f"does not fit ({loser.mem['total_gib']:.1f} GiB)"
     d = loser.step - winner.step
     pace = f"{abs(d):.2f} s/step {'faster' if d < 0 else 'slower'}"
-    if goal == "fit" and loser.mem["total_gib"] > winner.mem["total_gib"]:
+    if goal == "fit" and loser.mem["total_gib"] > winner.mem["total_gib"] * (1 + memory.limits()["measured_error"]):
         return (f"{loser.mem['total_gib'] - winner.mem['total_gib']:.1f} GiB more ({loser.mem['total_gib']:.1f} GiB; "
-                f"goal fit takes the least memory first), {pace}")
+                f"goal fit takes the least memory first, beyond the estimate's error), {pace}")
     if goal == "bring-up" and d < 0:
         return (f"{pace}, but not the simplest legal plan (goal bring-up: least model parallelism, alltoall, "
                 "no overlap, no graphs)")
