@@ -171,3 +171,20 @@ def test_hostile_values_through_the_real_command_line(tmp_path):
     assert _launch(script, stubs, dump, tmp_path).returncode == 0
     assert _env(dump / "python.env")["MY_VAR"] == f"$(touch {marker})"
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("key,value", [("launch.slurm.time", "\u0660"), ("launch.slurm.time", "1\u0663:00"),
+                                       ("versions.torch", "\u0662.6.0")])
+def test_unicode_digits_are_not_digits(tmp_path, key, value):
+    """Schema patterns match ASCII digits only, as JSON Schema does and as the escapers expect: an Arabic-Indic
+    zero as a Slurm time limit once passed the schema and stopped the emitter with an internal error."""
+    from mocompile.errors import InputError
+    from mocompile.pipeline import compile_recipe
+
+    path = tmp_path / "r.yaml"
+    path.write_text("schema: 1\nname: r\nmodel: tiny-moe\nhardware: {gpu: h100, nodes: 1, gpus_per_node: 2}\n"
+                    "goal: throughput\nlaunch: {targets: [slurm]}\n", encoding="utf-8")
+    with pytest.raises(InputError, match=f"`{key}` has an invalid value"):
+        compile_recipe(str(path), [f"{key}={value}"])
+    res = run_cli("lint", str(path), "--set", f"{key}={value}")
+    assert res.returncode == 2 and "[SCHEMA]" in res.stdout + res.stderr and "Traceback" not in res.stderr

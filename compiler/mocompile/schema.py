@@ -113,7 +113,9 @@ class IntentValidator(Validator):
         # Cerberus matches with `re.match` and a trailing `$`, which also accepts a value ending in
         # "\n" (a name "abc\n" became a folder "abc\n"; a qos "q\n" a stray #SBATCH line). The whole
         # value must match, as in JSON Schema: tests/test_hostile_values.py.
-        if isinstance(value, str) and not re.fullmatch(pattern, value):
+        # re.ASCII: \d and \s mean what they mean in JSON Schema (ECMA-262) and to the emitters' escapers; Python's
+        # Unicode \d let '\u0660' (an Arabic-Indic zero) through as a Slurm time limit (tests/fuzz found it)
+        if isinstance(value, str) and not re.fullmatch(pattern, value, re.ASCII):
             self._error(field, cerr.REGEX_MISMATCH)
 
     _validate_regex.__doc__ = Validator._validate_regex.__doc__
