@@ -120,13 +120,13 @@ def apply(hw: dict[str, Any], doc: Document) -> dict[str, Any]:
     profile = getattr(doc, "cluster", None)
     if profile:
         hw["host_factor"] = profile["host_factor"]
-        k = profile.get("kernels") or {}
-        if k.get("gemm_scale") is not None:
-            hw["gemm_scale"] = k["gemm_scale"]
-        if k.get("a2a_scale") is not None:
-            hw["a2a_scale"] = k["a2a_scale"]
-            if k.get("a2a_latency_us") is not None:
-                hw["a2a_latency_s"] = k["a2a_latency_us"] * 1e-6
+        kern = profile.get("kernels") or {}
+        if kern.get("gemm_scale") is not None:
+            hw["gemm_scale"] = kern["gemm_scale"]
+        if kern.get("a2a_scale") is not None:
+            hw["a2a_scale"] = kern["a2a_scale"]
+            if kern.get("a2a_latency_us") is not None:
+                hw["a2a_latency_s"] = kern["a2a_latency_us"] * 1e-6
         hw["cluster"] = {k: profile[k] for k in ("path", "sha256", "name", "source", "host_factor", "kernels",
                                                   "missing", "measured")}
     return hw

@@ -28,6 +28,7 @@ REFERENCE_GEMM = (8192, 8192, 8192)
 MAX_ROWS = 65536                           # longer rows measure nothing new and cost seconds per shape
 A2A_BYTES = tuple(2 ** p for p in range(16, 29, 2))  # 64 KiB ... 256 MiB sent per rank
 SCALE_BOUNDS = (0.1, 2.0)                  # outside: the measurement is broken, not the cluster
+REFERENCE_ARCH = "hopper"                  # the architecture the probe_reference_* shares were measured on
 
 
 def gemm_shapes(m: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, Any]]:
@@ -86,6 +87,3 @@ def reference_share(result: dict[str, Any], peak_tflops: float) -> float | None:
 
 def clamp(x: float) -> float:
     return max(SCALE_BOUNDS[0], min(SCALE_BOUNDS[1], x))
-
-
-REFERENCE_ARCH = "hopper"  # the architecture the probe_reference_* shares were measured on

@@ -105,43 +105,37 @@ def slurm_launcher(sbatch_args: list[str] | None = None, poll: float = 1.0) -> L
     extra = list(sbatch_args or [])
 
     def launch(script: str, env: dict[str, str], log: str, timeout: float) -> int:
+        def fail(text: str, rc: int) -> int:
+            with open(log, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            return rc
+
         batch = os.path.join(os.path.dirname(script), "slurm.sbatch")
         if not os.path.isfile(batch):
-            with open(log, "w", encoding="utf-8") as fh:
-                fh.write(f"{batch}: no Slurm batch script (the plan's launch.targets lacks slurm)\n")
-            return 2
+            return fail(f"{batch}: no Slurm batch script (the plan's launch.targets lacks slurm)\n", 2)
         bad = [k for k, v in env.items() if "," in v or "=" in k]
         if bad:  # sbatch --export splits on commas
-            with open(log, "w", encoding="utf-8") as fh:
-                fh.write(f"cannot export {bad} through sbatch --export (a comma in the value)\n")
-            return 2
+            return fail(f"cannot export {bad} through sbatch --export (a comma in the value)\n", 2)
         export = "--export=ALL," + ",".join(f"{k}={v}" for k, v in env.items())
         try:
             sub = subprocess.run(["sbatch", "--parsable", export, f"--output={os.path.abspath(log)}", *extra, batch],
                                  capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            with open(log, "w", encoding="utf-8") as fh:
-                fh.write(f"sbatch did not run: {exc}\n")
-            return 127
+            return fail(f"sbatch did not run: {exc}\n", 127)
         if sub.returncode != 0:
-            with open(log, "w", encoding="utf-8") as fh:
-                fh.write(sub.stdout + sub.stderr)
-            return sub.returncode
+            return fail(sub.stdout + sub.stderr, sub.returncode)
         job = sub.stdout.strip().split(";")[0]
         deadline = time.monotonic() + timeout
         while True:
             info = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True).stdout
             m = re.search(r"JobState=(\S+).*?ExitCode=(\d+):(\d+)", info)
-            state = m.group(1) if m else ""
-            if state and state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING",
-                                       "SUSPENDED"):
-                return 0 if state == "COMPLETED" else (int(m.group(2)) or 1) if m else 1
-            if not info.strip():  # purged from slurmctld's memory: ask the accounting-free way, once more later
-                state = "GONE"
+            if m and m.group(1) not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING",
+                                        "SUSPENDED"):
+                return 0 if m.group(1) == "COMPLETED" else int(m.group(2)) or 1
             if time.monotonic() > deadline:
                 subprocess.run(["scancel", job], capture_output=True)
                 return 124
-            if state == "GONE":
+            if not info.strip():  # purged from slurmctld's memory before it was seen to end: its exit code is lost
                 return 1
             time.sleep(poll)
 

@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 from mocompile.datafiles import load_yaml
-from mocompile.optimizer_state import state_bytes_per_param, step_bytes
+from mocompile.optimizer_state import keeps_fp32_master, state_bytes_per_param, step_bytes
 
 GIB = 1024 ** 3
 LIMITS = os.path.join(os.path.dirname(__file__), "data", "memory.yaml")
@@ -119,6 +119,14 @@ def estimate(m: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
     return Estimator(m, c).of(c)
 
 
+def _allocated(weights: float, acts: float, logits: float, graphs: float, unfused_wgrad: float,
+               step: float) -> tuple[float, float]:
+    """The allocator's peak and its optimizer-step part: the step's temporaries (``step``) count where they top
+    what the backward's activations, logits and unfused wgrad buffers had held."""
+    step_extra = max(0.0, step - (acts + logits + unfused_wgrad))
+    return weights + acts + logits + graphs + unfused_wgrad + step_extra, step_extra
+
+
 class Estimator:
     """``estimate`` for one model and the settings a plan search does not vary (world size, batch shape,
     precision, optimizer, gradient dtype, layer spec, CUDA-graph scopes), taken from ``c``.
@@ -140,8 +148,7 @@ class Estimator:
         self.opt = c.get("optimizer", "adam")
         self.opt_state = c.get("optimizer_state") or "fp32"
         self.offload = float(c.get("optimizer_offload_fraction") or 0.0)
-        # FP8 recipes other than delayed scaling: Megatron-Core keeps the fp32 master itself (no remainders)
-        self.fp8_master = bool(c.get("fp8")) and c.get("fp8") != "delayed"
+        self.fp8_master = keeps_fp32_master(c.get("fp8"))
         self.seq, self.mbs, self.gbs = c["seq_length"], c["micro_batch_size"], c["global_batch_size"]
         self.force_balance = c.get("moe_router_force_load_balancing")
         self.impl = c.get("transformer_impl")
@@ -303,9 +310,7 @@ class Estimator:
                                                         overlap)
         buffers = self._buffers(ep, etp, backend, ranks)
         graphs = self._graphs(graph_impl, acts, layers_rank, overlap, tokens, graph_scopes)
-        transient = acts + logits + unfused_wgrad
-        step_extra = max(0.0, step - transient)  # the optimizer step's peak, where it tops the backward's
-        allocated = weights + acts + logits + graphs + unfused_wgrad + step_extra
+        allocated, step_extra = _allocated(weights, acts, logits, graphs, unfused_wgrad, step)
         total = allocated + buffers + WORKSPACE_GIB * GIB
         return allocated, total, weights, acts, logits, buffers, graphs, dense, experts, in_flight, step_extra
 
@@ -322,8 +327,7 @@ class Estimator:
         tp, pp, vpp, cp, dp, layers_rank, weights, unfused_wgrad, buffers, overlap, graph_impl, scopes, step = knobs
         tokens, _, acts, logits = self._acts_of(tp, pp, vpp, cp, dp, layers_rank, granularity, modules, overlap)
         graphs = self._graphs(graph_impl, acts, layers_rank, overlap, tokens, scopes)
-        step_extra = max(0.0, step - (acts + logits + unfused_wgrad))
-        allocated = weights + acts + logits + graphs + unfused_wgrad + step_extra  # as in _parts, term by term
+        allocated, _ = _allocated(weights, acts, logits, graphs, unfused_wgrad, step)  # as in _parts
         return round((allocated + buffers + WORKSPACE_GIB * GIB) / GIB, 2)
 
     def estimate(self, tp: int, pp: int, vpp: int, ep: int, etp: int, cp: int, granularity: Any,

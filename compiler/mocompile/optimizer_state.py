@@ -55,6 +55,12 @@ UNSCALED_MOMENT_BYTES = {"bf16-moments": 8.0}
 STATES = tuple(MASTER_BYTES)
 
 
+def keeps_fp32_master(fp8: str | None) -> bool:
+    """FP8 recipes other than delayed scaling: Megatron-Core keeps the fp32 master itself, so the precision-aware
+    optimizer stores no remainders (``use_precision_aware_optimizer_no_fp8_or_ds_fp8`` is false)."""
+    return bool(fp8) and fp8 != "delayed"
+
+
 def adam_bytes(state: str = "fp32", offload: float = 0.0, fp8_master: bool = False) -> float:
     """Adam's state bytes per parameter on the GPU at rest (before DP sharding). ``fp8_master``: an FP8 recipe
     other than delayed scaling, whose fp32 master Megatron-Core keeps itself (no remainders)."""

@@ -220,6 +220,30 @@ def _model_summary(cfg: Any) -> dict[str, Any]:
     return out
 
 
+def run_child(driver: str, names: list[str], model_ids: list[str], site_packages: Any, tmp: Any,
+              timeout: float = 900) -> dict:
+    """Run ``driver`` (a Python script: argv = ROOT, HF config JSON, output JSON, names...) in a fresh
+    interpreter behind offline HF configs for ``model_ids`` and return the JSON it wrote. The configs are built
+    here, in the parent: transformers must not be imported in the child before the offline HF cache is in
+    place (huggingface_hub reads its settings at import)."""
+    import subprocess
+    from pathlib import Path
+
+    import hf_configs
+
+    tmp = Path(tmp)
+    hf_json = tmp / "hf.json"
+    hf_json.write_text(json.dumps(hf_configs.entries(model_ids, site_packages)), encoding="utf-8")
+    script, out = tmp / "driver.py", tmp / "result.json"
+    script.write_text(driver, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
+    root = Path(HERE).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(script), str(root), str(hf_json), str(out), *names],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+    assert out.exists(), proc.stderr[-4000:]
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
 def validate_recipe_file(
     path: str,
     gpu: str,

@@ -13,10 +13,7 @@ plan's block (the lock's ``env``, each with its reason) sets the same key.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -86,19 +83,10 @@ def _lock(name: str) -> dict:
 
 @pytest.fixture(scope="session")
 def diffs(tmp_path_factory, site_packages) -> dict:
-    import hf_configs
+    from bridge_validate import run_child
 
-    tmp = tmp_path_factory.mktemp("configdiff")
     models = sorted({_lock(n)["model"]["id"] for n in GENERATED})
-    hf_json = tmp / "hf.json"
-    hf_json.write_text(json.dumps(hf_configs.entries(models, site_packages)), encoding="utf-8")
-    script, out = tmp / "driver.py", tmp / "diff.json"
-    script.write_text(DRIVER, encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
-    proc = subprocess.run([sys.executable, str(script), str(ROOT), str(hf_json), str(out), *GENERATED],
-                          capture_output=True, text=True, timeout=900, env=env)
-    assert out.exists(), proc.stderr[-4000:]
-    return json.loads(out.read_text(encoding="utf-8"))
+    return run_child(DRIVER, GENERATED, models, site_packages, tmp_path_factory.mktemp("configdiff"))
 
 
 def test_every_committed_catalogue_recipe_is_compared():

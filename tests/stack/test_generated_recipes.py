@@ -19,9 +19,6 @@ from __future__ import annotations
 import ast
 import io
 import json
-import os
-import subprocess
-import sys
 import textwrap
 import tokenize
 from functools import cache
@@ -307,22 +304,11 @@ def bridge_targets() -> list[str]:
 @pytest.fixture(scope="session")
 def bridge_results(tmp_path_factory, site_packages) -> dict:
     """Validate every generated recipe in one child process (one Megatron import, ~1 min)."""
-    import hf_configs
+    from bridge_validate import run_child
 
-    tmp = tmp_path_factory.mktemp("bridge")
     names = bridge_targets()
     models = sorted({_lock(n)["model"]["id"] for n in names if _lock(n)["model"].get("hf_id")})
-    # Built here, in the parent: transformers must not be imported in the child before the
-    # offline HF cache is in place (huggingface_hub reads its settings at import).
-    hf_json = tmp / "hf.json"
-    hf_json.write_text(json.dumps(hf_configs.entries(models, site_packages)), encoding="utf-8")
-    script, out = tmp / "driver.py", tmp / "bridge.json"
-    script.write_text(DRIVER, encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
-    proc = subprocess.run([sys.executable, str(script), str(ROOT), str(hf_json), str(out), *names],
-                          capture_output=True, text=True, timeout=900, env=env)
-    assert out.exists(), proc.stderr[-4000:]
-    return json.loads(out.read_text(encoding="utf-8"))
+    return run_child(DRIVER, names, models, site_packages, tmp_path_factory.mktemp("bridge"))
 
 
 # Found by this test; needs an emitter change (compiler/mocompile/emit/python_recipe.py), not a

@@ -7,8 +7,11 @@ predicted effect of flipping it (from the step-time model) and the runners-up th
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 from mocompile import memory, steptime
-from mocompile.optimizer_state import adam_peak_bytes
+from mocompile.optimizer_state import adam_peak_bytes, keeps_fp32_master
 from mocompile.resolve.context import Context
 from mocompile.resolve.search import (
     Scorer,
@@ -109,12 +112,11 @@ def lever_rungs(ctx: Context) -> list[tuple[str, float]]:
         return []
     state_auto, offload_auto = t.get("optimizer_state", "auto") == "auto", t.get("optimizer_offload", "auto") == "auto"
     rungs: list[tuple[str, float]] = []
-    fp8_master = bool(ctx["fp8"]) and ctx["fp8"] != "delayed"  # remainders save nothing there
+    fp8_master = keeps_fp32_master(ctx["fp8"])  # remainders save nothing there
     if state_auto and ctx["te_version"] is not None and not ctx["optimizer_offload_fraction"]:
         rungs += [(s, 0.0) for s in ("fp32-remainders", "bf16-moments")]
     if offload_auto and (state_auto or ctx["optimizer_state"] == "fp32"):
         rungs += [("fp32", f) for f in OFFLOAD_SHARES]
-    # only rungs that hold less than where the plan stands (a recipe may start on a lower-precision state)
     # each rung must hold less at the step's peak than where the plan stands and than every rung before it (a
     # recipe may start on a lower-precision state; bf16 moments peak above fp32 state: optimizer_state.py)
     best = adam_peak_bytes(ctx["optimizer_state"], ctx["optimizer_offload_fraction"], fp8_master)
@@ -127,23 +129,33 @@ def lever_rungs(ctx: Context) -> list[tuple[str, float]]:
     return kept
 
 
+@contextlib.contextmanager
+def lever_trial(ctx: Context, state: str, share: float) -> Iterator[None]:
+    """Plan with one rung of Adam's memory levers set, then put the settings back as they were."""
+    saved = {k: ctx.s[k] for k in ("optimizer_state", "optimizer_offload_fraction")}
+    try:
+        ctx.set("optimizer_state", state, "goal", "trial")
+        ctx.set("optimizer_offload_fraction", share, "goal", "trial")
+        yield
+    finally:
+        ctx.s.update(saved)
+
+
 def climb_levers(ctx: Context, res: SearchResult) -> SearchResult:
     """Where the plan does not fit, the first rung of Adam's memory levers on which one does (both goals: a
     plan that does not fit never pays); none fits: the levers stay off and MEM001 reports the plan."""
     if res.winner.fits and not res.winner.broken:
         return res
-    saved = {k: ctx.s[k] for k in ("optimizer_state", "optimizer_offload_fraction")}
-    base_gib, tried = res.winner.mem["total_gib"], []
+    base_state, base_gib, tried = ctx["optimizer_state"], res.winner.mem["total_gib"], []
     for state, share in lever_rungs(ctx):
-        ctx.set("optimizer_state", state, "goal", "trial")
-        ctx.set("optimizer_offload_fraction", share, "goal", "trial")
-        trial = micro_batch(ctx) or search(ctx)
+        with lever_trial(ctx, state, share):
+            trial = micro_batch(ctx) or search(ctx)
         w = trial.winner
         tried.append(f"{state}{f' + offload {share:g}' if share else ''}: {w.mem['total_gib']:.1f} GiB")
         if w.fits and not w.broken:
             ladder = "; ".join(tried)
             ctx.set("optimizer_state", state, "goal",
-                    f"no plan fits with {saved['optimizer_state'].value} Adam state on the GPU ({base_gib:.1f} GiB); "
+                    f"no plan fits with {base_state} Adam state on the GPU ({base_gib:.1f} GiB); "
                     "the memory ladder "
                     f"(precision-aware state, then optimizer offload): {ladder}",
                     path=("training", "optimizer_state"))
@@ -153,8 +165,6 @@ def climb_levers(ctx: Context, res: SearchResult) -> SearchResult:
                      f"optimizer step {cost:.2f} s of {w.step:.2f} s/step (host link and CPU Adam)") if share
                     else "not needed: the lower-precision state fits", path=("training", "optimizer_offload"))
             return trial
-    for name, d in saved.items():
-        ctx.s[name] = d
     if tried:
         d = ctx.s["optimizer_state"]
         ctx.set("optimizer_state", d.value, d.source, f"{d.reason}; no rung of the memory ladder fits either: "

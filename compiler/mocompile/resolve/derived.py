@@ -82,19 +82,14 @@ def environment(ctx: Context) -> None:
 def _lightest_lever_count(ctx: Context) -> tuple[int, str] | None:
     """The smallest GPU count with the last (most memory-saving) rung of Adam's memory ladder the recipe leaves
     open (resolve/decide.py lever_rungs), and how to ask for it; None if none is open or none fits."""
-    from mocompile.resolve.decide import lever_rungs
+    from mocompile.resolve.decide import lever_rungs, lever_trial
 
     rungs = lever_rungs(ctx)
     if not rungs:
         return None
     state, share = rungs[-1]
-    saved = {k: ctx.s[k] for k in ("optimizer_state", "optimizer_offload_fraction")}
-    try:
-        ctx.set("optimizer_state", state, "goal", "trial")
-        ctx.set("optimizer_offload_fraction", share, "goal", "trial")
+    with lever_trial(ctx, state, share):
         n = min_gpus_that_fit(ctx)
-    finally:
-        ctx.s.update(saved)
     how = f"training.optimizer_offload: {share:g} (Adam's state and step on the host CPU)" if share else \
         f"training.optimizer_state: {state}"
     return (n, how) if n is not None else None
