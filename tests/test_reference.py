@@ -125,15 +125,38 @@ def _ctx(gpu: str, gpn: int, extra: str = ""):
 
 @pytest.mark.parametrize("gpu,gpn,group,want", [
     ("h100", 8, 1, "alltoall"),    # no expert parallelism
-    ("h100", 8, 8, "alltoall"),    # the EP group fills the NVLink domain, no more
-    ("h100", 8, 16, "deepep"),     # one node beyond: across nodes
-    ("h100", 4, 8, "deepep"),      # a 4-GPU node: EP 8 spans two
-    ("b200", 8, 16, "deepep"),
+    ("h100", 8, 4, "alltoall"),    # small EP (4) inside one NVLink domain: the dispatcher is second-order
+    ("h100", 8, 8, "hybridep"),    # one past small EP: a flex backend
+    ("h100", 8, 16, "hybridep"),   # one node beyond: across nodes
+    ("h100", 4, 4, "alltoall"),    # a 4-GPU node: EP 4 fills its domain, still small EP
+    ("h100", 4, 8, "hybridep"),    # EP 8 spans two 4-GPU nodes
+    ("h100", 2, 4, "hybridep"),    # small EP, but across two 2-GPU NVLink domains
+    ("b200", 8, 16, "hybridep"),
     ("gb200", 4, 16, "hybridep"),  # multi-node NVLink (NVL72)
     ("gb200", 4, 2, "hybridep"),
 ])
 def test_the_default_dispatcher_follows_bridges_guidance(gpu, gpn, group, want):
     assert reference.default_dispatcher(_ctx(gpu, gpn), group) == want
+
+
+@pytest.mark.parametrize("missing,want", [(["hybrid_ep"], "deepep"), (["hybrid_ep", "deep_ep"], "alltoall"), ([], "hybridep")])
+def test_where_hybridep_is_not_offered_the_default_is_the_next_backend(missing, want):
+    """A cluster profile whose probe found HybridEP's package missing there (``mocompile probe``) leaves DeepEP for
+    a full EP group, and alltoall where both are missing."""
+    ctx = _ctx("h100", 8)
+    ctx.set("cluster_missing", missing, "hardware", "the cluster profile's probe")
+    assert reference.default_dispatcher(ctx, 16) == want
+
+
+def test_hybridep_first_is_what_bridges_tuned_nvl8_recipes_chose():
+    """Why HybridEP comes before DeepEP on 8-GPU NVLink nodes, where the guidance says to A/B them: among the
+    shipped Adam recipes on H100, B200 and B300 whose EP group fills a node or more and that use a flex
+    backend, HybridEP is the measured choice more than twice as often as DeepEP."""
+    flex = [a for a in search.anchors() if not a["variant"] and a.get("optimizer", "adam") == "adam"
+            and a["gpu"] in ("h100", "b200", "b300") and a["ep"] * a["etp"] >= 8
+            and a["dispatcher"] in ("deepep", "hybridep")]
+    hybrid = sum(a["dispatcher"] == "hybridep" for a in flex)
+    assert hybrid > 2 * (len(flex) - hybrid), (hybrid, len(flex))
 
 
 def test_a_pinned_dispatcher_is_the_only_default_offered():
@@ -368,10 +391,12 @@ def test_a_models_size_counts_only_the_experts_a_token_uses_as_active(model_id, 
 
 
 def test_the_defaults_pick_the_dispatcher_for_the_whole_expert_group():
-    """ETP x EP = 16 on 8-GPU H100 nodes spans two nodes: DeepEP, per the guidance."""
+    """ETP x EP = 16 on 8-GPU H100 nodes spans two nodes: a flex backend; EP 4 (ETP 1) is small EP inside one
+    node: alltoall; ETP 2 x EP 4 (8 ranks) is past small EP: a flex backend again."""
     ctx = _ctx("h100", 8, "moe: {overlap: false}\n")
-    assert reference.defaults(ctx, _Scorer(0.0), _first(({"ep": 16}, True))).dispatcher == "deepep"
-    assert reference.defaults(ctx, _Scorer(0.0), _first(({"ep": 8}, True))).dispatcher == "alltoall"
+    assert reference.defaults(ctx, _Scorer(0.0), _first(({"ep": 16}, True))).dispatcher == "hybridep"
+    assert reference.defaults(ctx, _Scorer(0.0), _first(({"ep": 4}, True))).dispatcher == "alltoall"
+    assert reference.defaults(ctx, _Scorer(0.0), _first(({"ep": 4, "etp": 2}, True))).dispatcher == "hybridep"
 
 
 class _Settler(_Scorer):
@@ -398,3 +423,36 @@ def test_a_reference_over_the_memory_limit_moves_to_its_lightest_fitting_recompu
     assert s.cand.recompute[0] == "full" and s.kind == "defaults"
     under = steptime.Candidate(ep=8, recompute=("selective", ("moe_act",), None, None))
     assert reference._settle(_Settler(0.0), under, {False: [], True: []}, "x", "near").cand == under
+
+
+class _MemScorer(_Scorer):
+    """A scorer whose memory estimate knows only two things: EP overlap holds 3 GiB more (a second micro-batch
+    in flight), and each recompute rung up the ladder saves ``saving`` GiB; 10 GiB fit."""
+
+    limit = 10.0
+
+    def __init__(self, base: float, rungs: list, saving: float = 2.0):
+        super().__init__(0.0)
+        self.base, self.rungs, self.saving = base, rungs, saving
+
+    def total_gib(self, cand):
+        return self.base + 3.0 * cand.overlap - self.saving * self.rungs.index(cand.recompute)
+
+    def lightest_fitting(self, cand, rungs):
+        return next((replace(cand, recompute=r) for r in rungs if self.total_gib(replace(cand, recompute=r)) <= self.limit),
+                    replace(cand, recompute=rungs[-1]))
+
+
+@pytest.mark.parametrize("base,want", [(9.0, None), (10.0, None), (10.5, "selective")])
+def test_the_defaults_recompute_only_what_their_own_knobs_need(base, want):
+    """The layout's stand-in was fitted with the search's ranking knobs (a flex backend with EP overlap, 3 GiB
+    more here), so it carries selective recompute; the defaults run without overlap and take the lightest rung
+    that fits with their own knobs: none up to the limit (10 GiB, the boundary included), selective above it."""
+    ctx = _ctx("h100", 8)
+    rungs = search.ladder(ctx, False)
+    sel = rungs[1]
+    sc = _MemScorer(base, rungs)
+    first = _first(({"ep": 8, "overlap": True, "recompute": sel}, True))
+    cand = reference.defaults(ctx, sc, first, {False: rungs, True: search.ladder(ctx, True)})
+    assert cand.overlap is False
+    assert cand.recompute[0] == want

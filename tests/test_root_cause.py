@@ -75,7 +75,12 @@ def test_beside_an_error_advice_on_knobs_the_planner_chose_is_left_out_but_advic
     # the user's own DeepEP across nodes is theirs: its warning stays beside the PP error
     errors, everything = _rules(tmp_path, "moe: {dispatcher: deepep}\nparallelism: {ep: 16, pp: 5}\n")
     assert "PAR001" in errors and "DSP006" in everything
-    # and without an error, the planner's own choices keep their advice (Moonlight with EP 16 on 16 nodes: the
-    # planner's DeepEP across two of them)
-    errors, everything = _rules(tmp_path, "parallelism: {ep: 16}\n", "moonlight-16b-a3b", 16)
-    assert not errors and "DSP006" in everything
+    # and without an error, the planner's own choices keep their advice (Moonlight with EP 16 on 16 nodes of a
+    # cluster whose probe found no HybridEP: the planner's DeepEP across two of them)
+    (tmp_path / "c.yaml").write_text('schema: 1\nname: no-hybridep\nprobe:\n  missing: ["hybrid_ep"]\n')
+    path = tmp_path / "r.yaml"
+    path.write_text("schema: 1\nmodel: moonlight-16b-a3b\nhardware: {gpu: h100, nodes: 16, cluster: c.yaml}\n"
+                    "goal: throughput\nparallelism: {ep: 16}\n")
+    r = analyse(str(path))
+    assert r.plan["moe_flex_dispatcher_backend"] == "deepep"
+    assert not {d.rule for d in r.diagnostics if d.severity == "error"} and "DSP006" in {d.rule for d in r.diagnostics}

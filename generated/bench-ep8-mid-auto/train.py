@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-ep8-mid-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:4b986a36bf27753b input sha256:f169acdc8876deaf
+# mocompile: checksum sha256:45ebc141d68df4b4 input sha256:f169acdc8876deaf
 """bench-ep8-mid-auto: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 8x NVIDIA H100 80GB HBM3, goal throughput.
@@ -31,15 +31,16 @@ from megatron.bridge.training.config import (
     TrainingConfig,
     ValidationConfig,
 )
+from megatron.bridge.training.flex_dispatcher_backend import apply_flex_dispatcher_backend
 from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 from megatron.core.transformer.enums import AttnBackend
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
-PLANNED = {'seq_length': 2048, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 8, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_token_dispatcher_type': 'alltoall', 'moe_flex_dispatcher_backend': None, 'moe_flex_dispatcher_num_sms': None, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': False, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': False, 'cross_entropy_fusion_impl': 'native', 'moe_permute_fusion': False, 'deterministic_mode': False, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None}
+PLANNED = {'seq_length': 2048, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 8, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_flex_dispatcher_num_sms': 32, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': False, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': False, 'cross_entropy_fusion_impl': 'native', 'moe_permute_fusion': False, 'deterministic_mode': False, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'hybridep'}
 
 # The launch environment this plan was compiled for (launchers export the same block).
-ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '8', 'NCCL_NVLS_ENABLE': '0', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'}
+ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_NVLS_ENABLE': '0', 'NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN': '8', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True', 'USE_MNNVL': '0'}
 
 
 def _model() -> GPTModelProvider:
@@ -124,26 +125,24 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 2048  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.44 s/step, 123 TFLOPS/GPU, 28.4 GiB (of 142 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.441 s/step: the fastest plan found (TP1 PP1 EP8, deepep, overlap off, recompute none, graphs none) is predicted 0.419 s/step, 5.0% faster, inside the model's 16% error for a plan 1 knob away
-    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.44 s/step; see tensor_model_parallel_size)
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.44 s/step; see tensor_model_parallel_size)
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.42 s/step, 130 TFLOPS/GPU, 28.5 GiB (of 142 candidates scored); the documented defaults (Megatron-Bridge MoE performance guidance): also the fastest plan found (0.419 s/step)
+    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.42 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.42 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
-    model.context_parallel_size = 1  # goal: part of the chosen plan (0.44 s/step; see tensor_model_parallel_size)
-    model.expert_model_parallel_size = 8  # goal: part of the chosen plan (0.44 s/step; see tensor_model_parallel_size)
-    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.44 s/step; see tensor_model_parallel_size)
-    model.sequence_parallel = False  # goal: part of the chosen plan (0.44 s/step; see tensor_model_parallel_size)
-    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (0.44 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -22 ms; hybridep -22 ms
-    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (0.44 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -22 ms; hybridep -22 ms
-    model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
+    model.context_parallel_size = 1  # goal: part of the chosen plan (0.42 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 8  # goal: part of the chosen plan (0.42 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.42 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (0.42 s/step; see tensor_model_parallel_size)
+    model.moe_flex_dispatcher_num_sms = 32  # derived: flex dispatcher SM budget used by the shipped perf recipes
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = False  # derived: grouped GEMM experts need Transformer Engine
-    model.recompute_granularity = None  # goal: lightest recompute that fits: 28.4 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 28.4 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 28.4 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 28.4 GiB <= 74 GiB usable
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 28.5 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 28.5 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 28.5 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 28.5 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack: no TE graphs
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.44 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.42 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (tiny-moe+custom)
     model.apply_rope_fusion = False  # goal: needs TE >= 1.4 and, with MLA, YaRN RoPE (transformer_config.py)
@@ -158,10 +157,12 @@ def build_config() -> ConfigContainer:
     model.account_for_loss_in_pipeline_split = False  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
+    # Bridge's own helper sets the flex dispatcher and clears shared-expert overlap.
+    apply_flex_dispatcher_backend(model, 'hybridep')  # goal: part of the chosen plan (0.42 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall +22 ms; deepep same predicted step
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.44 s/step; see tensor_model_parallel_size); overlap on: same predicted step
-        delay_wgrad_compute=False,  # goal: part of the chosen plan (0.44 s/step; see tensor_model_parallel_size)
+        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.42 s/step; see tensor_model_parallel_size); overlap on: +7 ms
+        delay_wgrad_compute=False,  # goal: part of the chosen plan (0.42 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=False,  # derived: no interleaved pipeline
         batch_p2p_comm=False,  # derived: not needed
         overlap_grad_reduce=True,  # derived: overlap the DP gradient reduce-scatter

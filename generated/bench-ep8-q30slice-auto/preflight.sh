@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-ep8-q30slice-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:adf2baf78c3b3ad3 input sha256:c06862264633ed24
+# mocompile: checksum sha256:b3de38bdff6ed88e input sha256:c06862264633ed24
 # bench-ep8-q30slice-auto: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
@@ -9,6 +9,8 @@
 #   RUN015 a DeepEP extension carries its own libstdc++ (it would crash at its first ostream use)
 #   RUN004 a required environment variable is missing or wrong in the job environment
 #   RUN005 HybridEP compiles its kernels at first use: CUDA_HOME must hold bin/nvcc
+#   RUN013 HybridEP's buffer must construct on one GPU in a child process (a DeepEP build whose
+#          extension crashes is caught here, not at the first dispatch of every rank)
 set -euo pipefail
 PYTHON="${PYTHON:-python3}"
 
@@ -21,11 +23,11 @@ fi
 import os
 import sys
 
-REQUIRED_ENV = {'CUDA_DEVICE_MAX_CONNECTIONS': '8'}
+REQUIRED_ENV = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN': '8', 'USE_MNNVL': '0'}
 TORCH_MIN = '2.6.0'
 TE_MIN = None
-DISPATCH_IMPORT = None
-NEEDS_NVCC = False
+DISPATCH_IMPORT = ('deep_ep', 'HybridEPBuffer')
+NEEDS_NVCC = True
 NEEDS_APEX = False
 
 
@@ -105,6 +107,59 @@ if NEEDS_NVCC:
     cuda_home = os.environ.get("CUDA_HOME", "")
     if not cuda_home or not os.access(os.path.join(cuda_home, "bin", "nvcc"), os.X_OK):
         failures.append(f"RUN005 CUDA_HOME={cuda_home!r} has no bin/nvcc; HybridEP JIT-compiles its kernels at first use")
+# RUN013: construct deep_ep.HybridEPBuffer in a child process on one GPU (a 1-rank group), as the first
+# MoE layer does on every rank. A DeepEP build whose hybrid_ep_cpp crashes (seen on the project's hosts:
+# SIGSEGV in get_comm_id, DeepEP hybrid-ep 94a9f8f built there) kills the child, not this check.
+# MOCOMPILE_SKIP_HYBRIDEP_PROBE=1 skips it.
+HYBRIDEP_PROBE = {'hidden': 2048, 'tokens': 4096, 'local_experts': 16}
+PROBE_CODE = r"""
+import json, socket, sys
+import torch
+import torch.distributed as dist
+if not torch.cuda.is_available():
+    print("skip: no CUDA device visible")
+    sys.exit(0)
+args = json.loads(sys.argv[1])
+torch.cuda.set_device(0)
+sock = socket.socket()
+sock.bind(("127.0.0.1", 0))
+port = sock.getsockname()[1]
+sock.close()
+dist.init_process_group("nccl", init_method="tcp://127.0.0.1:%d" % port, rank=0, world_size=1,
+                        device_id=torch.device("cuda", 0))
+from deep_ep import HybridEPBuffer
+HybridEPBuffer(group=dist.new_group([0]), hidden_dim=args["hidden"], max_num_of_tokens_per_rank=args["tokens"],
+               num_local_experts=args["local_experts"], use_fp8=False)
+torch.cuda.synchronize()
+dist.destroy_process_group()
+print("ok")
+"""
+if os.environ.get("MOCOMPILE_SKIP_HYBRIDEP_PROBE", "") == "1":
+    print("preflight: RUN013 skipped (MOCOMPILE_SKIP_HYBRIDEP_PROBE=1)")
+elif not any(f.startswith(("RUN001", "RUN003", "RUN005", "RUN015")) for f in failures):
+    import json
+    import signal
+    import subprocess
+    probe_env = dict(os.environ, NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN="1", USE_MNNVL="0")
+    try:
+        probe = subprocess.run([sys.executable, "-c", PROBE_CODE, json.dumps(HYBRIDEP_PROBE)], env=probe_env,
+                               capture_output=True, text=True, timeout=300)
+        if probe.returncode < 0:
+            try:
+                signame = signal.Signals(-probe.returncode).name
+            except ValueError:
+                signame = f"signal {-probe.returncode}"
+            failures.append(f"RUN013 deep_ep.HybridEPBuffer killed its process with {signame} while being constructed on "
+                            f"one GPU: this DeepEP build cannot run moe.dispatcher hybridep here (rebuild DeepEP's "
+                            f"hybrid-ep branch with the compiler torch was built with, or set moe.dispatcher: deepep or "
+                            f"alltoall)")
+        elif probe.returncode != 0:
+            last = (probe.stderr.strip().splitlines() or ["no output"])[-1][:300]
+            failures.append(f"RUN013 deep_ep.HybridEPBuffer could not be constructed on one GPU: {last}")
+        elif probe.stdout.startswith("skip:"):
+            print(f"preflight: RUN013 skipped ({probe.stdout.strip()[6:]})")
+    except subprocess.TimeoutExpired:
+        failures.append("RUN013 deep_ep.HybridEPBuffer did not construct on one GPU within 300 s")
 if NEEDS_APEX:
     try:
         import fused_weight_gradient_mlp_cuda  # noqa: F401

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid2-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:5ea1823c243d9998 input sha256:514407a2163cdd8e
+# mocompile: checksum sha256:f312e2582d8f2b54 input sha256:514407a2163cdd8e
 """bench-te-mid2-auto: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 2x NVIDIA H100 80GB HBM3, goal throughput.
@@ -115,7 +115,7 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 2048  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.36 s/step, 162 TFLOPS/GPU, 32.9 GiB (of 109 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.357 s/step: the fastest plan found (TP1 PP1 EP2, deepep, overlap off, recompute none, graphs te_rp) is predicted 0.336 s/step, 5.8% faster, inside the model's 22% error for a plan 2 knobs away
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.36 s/step, 162 TFLOPS/GPU, 32.9 GiB (of 109 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.357 s/step: the fastest plan found (TP1 PP1 EP2, hybridep, overlap off, recompute none, graphs te_rp) is predicted 0.336 s/step, 5.8% faster, inside the model's 22% error for a plan 2 knobs away
     model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.36 s/step; see tensor_model_parallel_size)
     model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.36 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/custom-moe-b200x8.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:628dfdee9c83c9d9 input sha256:6341e99c59d6e90e
+# mocompile: checksum sha256:f0b7d3490a924c16 input sha256:6341e99c59d6e90e
 # custom-moe-b200x8: torchrun launcher for 8 GPUs (1 node(s) x 8).
 # Run it on every node. Multi-node: set NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT.
 # MOCOMPILE_DRY_RUN=1 runs the preflight, prints the command and environment, and exits 0.
@@ -18,8 +18,10 @@ MASTER_PORT="${MASTER_PORT:-29500}"
 # Environment (the same block in every launcher; reasons in mocompile.lock.json).
 export CUDA_DEVICE_MAX_CONNECTIONS=32
 export NCCL_NVLS_ENABLE=0
+export NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=8
 export PYTHONUNBUFFERED=1
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+export USE_MNNVL=0
 
 CMD=("$PYTHON" -m torch.distributed.run
   --nnodes "$NNODES" --node-rank "$NODE_RANK" --nproc-per-node "$NPROC_PER_NODE"
@@ -31,8 +33,10 @@ if [[ "${MOCOMPILE_DRY_RUN:-0}" == "1" ]]; then
   echo "environment:"
   echo "  CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS}"
   echo "  NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE}"
+  echo "  NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=${NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN}"
   echo "  PYTHONUNBUFFERED=${PYTHONUNBUFFERED}"
   echo "  PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF}"
+  echo "  USE_MNNVL=${USE_MNNVL}"
   printf 'command:'
   printf ' %q' "${CMD[@]}"
   printf '\n'

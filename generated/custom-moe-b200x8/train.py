@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/custom-moe-b200x8.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:814c1bf9f041b03d input sha256:6341e99c59d6e90e
+# mocompile: checksum sha256:0444a9ba6b3bbb4d input sha256:6341e99c59d6e90e
 """custom-moe-b200x8: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 research-moe-12b on 8x NVIDIA B200 (HGX/DGX B200), goal throughput.
@@ -31,14 +31,15 @@ from megatron.bridge.training.config import (
     TrainingConfig,
     ValidationConfig,
 )
+from megatron.bridge.training.flex_dispatcher_backend import apply_flex_dispatcher_backend
 from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
-PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 8, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_token_dispatcher_type': 'alltoall', 'moe_flex_dispatcher_backend': None, 'moe_flex_dispatcher_num_sms': None, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': True, 'cross_entropy_loss_fusion': True, 'cross_entropy_fusion_impl': 'te', 'moe_permute_fusion': True, 'deterministic_mode': False, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None}
+PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 8, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_flex_dispatcher_num_sms': 32, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': True, 'cross_entropy_loss_fusion': True, 'cross_entropy_fusion_impl': 'te', 'moe_permute_fusion': True, 'deterministic_mode': False, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'hybridep'}
 
 # The launch environment this plan was compiled for (launchers export the same block).
-ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_NVLS_ENABLE': '0', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'}
+ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_NVLS_ENABLE': '0', 'NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN': '8', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True', 'USE_MNNVL': '0'}
 
 
 def _model() -> GPTModelProvider:
@@ -113,26 +114,24 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 4096  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 3.63 s/step, 417 TFLOPS/GPU, 37.9 GiB (of 347 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 3.634 s/step: the fastest plan found (TP1 PP1 EP8, deepep, overlap off, recompute none, graphs te_rp) is predicted 3.366 s/step, 7.4% faster, inside the model's 22% error for a plan 2 knobs away
-    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (3.63 s/step; see tensor_model_parallel_size)
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (3.63 s/step; see tensor_model_parallel_size)
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 3.43 s/step, 442 TFLOPS/GPU, 38.1 GiB (of 347 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 3.426 s/step: the fastest plan found (TP1 PP1 EP8, hybridep, overlap off, recompute none, graphs te_rp) is predicted 3.366 s/step, 1.8% faster, inside the model's 16% error for a plan 1 knob away
+    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (3.43 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (3.43 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
-    model.context_parallel_size = 1  # goal: part of the chosen plan (3.63 s/step; see tensor_model_parallel_size)
-    model.expert_model_parallel_size = 8  # goal: part of the chosen plan (3.63 s/step; see tensor_model_parallel_size)
-    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (3.63 s/step; see tensor_model_parallel_size)
-    model.sequence_parallel = False  # goal: part of the chosen plan (3.63 s/step; see tensor_model_parallel_size)
-    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (3.63 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -0.21 s; hybridep -0.21 s
-    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (3.63 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -0.21 s; hybridep -0.21 s
-    model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
+    model.context_parallel_size = 1  # goal: part of the chosen plan (3.43 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 8  # goal: part of the chosen plan (3.43 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (3.43 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (3.43 s/step; see tensor_model_parallel_size)
+    model.moe_flex_dispatcher_num_sms = 32  # derived: flex dispatcher SM budget used by the shipped perf recipes
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = None  # goal: lightest recompute that fits: 37.9 GiB <= 166 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 37.9 GiB <= 166 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 37.9 GiB <= 166 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 37.9 GiB <= 166 GiB usable
-    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (3.63 s/step; see tensor_model_parallel_size)
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (3.63 s/step; see tensor_model_parallel_size)
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 38.1 GiB <= 166 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 38.1 GiB <= 166 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 38.1 GiB <= 166 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 38.1 GiB <= 166 GiB usable
+    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (3.43 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (3.43 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (custom)
     model.apply_rope_fusion = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: fused RoPE (TE >= 1.4)
@@ -147,10 +146,12 @@ def build_config() -> ConfigContainer:
     model.account_for_loss_in_pipeline_split = False  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
+    # Bridge's own helper sets the flex dispatcher and clears shared-expert overlap.
+    apply_flex_dispatcher_backend(model, 'hybridep')  # goal: part of the chosen plan (3.43 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall +0.21 s; deepep same predicted step
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (3.63 s/step; see tensor_model_parallel_size); overlap on: +47 ms
-        delay_wgrad_compute=False,  # goal: part of the chosen plan (3.63 s/step; see tensor_model_parallel_size)
+        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (3.43 s/step; see tensor_model_parallel_size); overlap on: +0.18 s
+        delay_wgrad_compute=False,  # goal: part of the chosen plan (3.43 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=False,  # derived: no interleaved pipeline
         batch_p2p_comm=False,  # derived: not needed
         overlap_grad_reduce=True,  # derived: overlap the DP gradient reduce-scatter

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/tiny-moe-h100x2.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:e643f9de66d38e9a input sha256:d060e1ca0c1bf7bb
+# mocompile: checksum sha256:b0f45179c5e4cc4e input sha256:d060e1ca0c1bf7bb
 """tiny-moe-h100x2: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 2x NVIDIA H100 80GB HBM3, goal throughput.
@@ -124,7 +124,7 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 2048  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.22 s/step, 55 TFLOPS/GPU, 9.0 GiB (of 37 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.215 s/step: the fastest plan found (TP1 PP1 EP2, deepep, overlap off, recompute none, graphs none) is predicted 0.212 s/step, 1.5% faster, inside the model's 16% error for a plan 1 knob away
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.22 s/step, 55 TFLOPS/GPU, 9.0 GiB (of 37 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.215 s/step: the fastest plan found (TP1 PP1 EP2, hybridep, overlap off, recompute none, graphs none) is predicted 0.212 s/step, 1.5% faster, inside the model's 16% error for a plan 1 knob away
     model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.22 s/step; see tensor_model_parallel_size)
     model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.22 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)

@@ -13,8 +13,8 @@ is, in order of the evidence behind it:
 3. ``defaults``: Megatron-Bridge's documented defaults (its MoE performance guidance): TP and the
    expert group inside the NVLink domain, then the least model parallelism that fits without the
    recompute the guidance keeps for last (``moe``, full), the largest expert group among those (EP
-   over TP for experts); alltoall while the EP group stays inside an NVLink domain, DeepEP
-   across nodes, HybridEP on multi-node NVLink (NVL72); EP overlap only for an all-to-all across
+   over TP for experts); alltoall for small EP (4 or fewer ranks inside an NVLink domain), a flex
+   backend (HybridEP first) for a larger group or one that spans domains; EP overlap only for an all-to-all across
    NVLink domains whose exposed share of the step is larger than the model's error; no delayed wgrad and no CUDA graphs; VPP
    with PP; the lightest recompute that fits (selective before full); CP only when it is needed to fit.
 """
@@ -37,6 +37,10 @@ _NOT_SHAPE = frozenset({"id", "display", "hf_id", "bridge", "sources", "unverifi
 # recipe may be and still serve as the reference: the nearest catalogue families lie 0.96 (DeepSeek-V3 /
 # Kimi-K2) to 2.0 apart; beyond that a tuned recipe says little about this setting and the defaults serve.
 NEAR_LIMIT = 2.0
+# The largest expert group Bridge's guidance calls small EP, where the dispatcher is second-order and alltoall the
+# default (``docs/training/communication-overlap.md``: "EP <= 4 with alltoall"); every shipped recipe with a
+# flex backend has a larger group or spans NVLink domains.
+SMALL_EP = 4
 # Anchors withheld from every search (benchmarks/plan_quality.py: model-only and leave-one-family-out runs).
 WITHHELD: set[str] = set()
 
@@ -182,7 +186,7 @@ def fallback(ctx: Context, sc: Any, first: list[Any], rungs_by_ov: dict[bool, li
         s = _settle(sc, cand, rungs_by_ov, f"{near['recipe']}, moved to this setting", "near")
         if s is not None:
             return s
-    default = defaults(ctx, sc, first)
+    default = defaults(ctx, sc, first, rungs_by_ov)
     if default is None:
         return None
     return _settle(sc, default, rungs_by_ov, "Megatron-Bridge MoE performance guidance", "defaults")
@@ -200,37 +204,55 @@ def _settle(sc: Any, cand: Candidate, rungs_by_ov: dict[bool, list[Any]], label:
     return s
 
 
-def defaults(ctx: Context, sc: Any, first: list[Any]) -> Candidate | None:
+def defaults(ctx: Context, sc: Any, first: list[Any], rungs_by_ov: dict[bool, list[Any]] | None = None) -> Candidate | None:
     """Bridge's documented defaults (``docs/training/moe-optimization.md``: keep EP x TP inside the NVLink
-    domain, minimise model parallelism, prefer EP over TP for experts; the recompute skill: selective before
-    full, ``moe`` only when needed) on the fitting layout they describe: the layouts that fit without ``moe``
-    or full recompute where any does; among those, TP and the expert group (ETP x EP) each inside the NVLink
-    domain where any such layout fits (Megatron folds them into separate groups); then the least model
-    parallelism (TP x PP x CP), and among equals the largest expert group (fewest local experts), then the
-    one the model ranks first. On it: the guidance's dispatcher for the EP group's span, no delayed wgrad,
-    no CUDA graphs, the lightest recompute that fits, and EP overlap only where the all-to-all crosses NVLink
-    domains (``docs/training/communication-overlap.md``: most promising at larger EP with inter-node
-    all-to-all) and the model puts more of the step in exposed all-to-all than its own error."""
+    domain, minimise model parallelism, prefer EP over TP for experts; the recompute skill: fit first with the
+    smallest model parallelism, then selective recompute, full recompute only if still out of memory) on the
+    fitting layout they describe. Each fitting layout gets the guidance's knobs (its dispatcher for the EP
+    group's span, no overlap, no delayed wgrad, no CUDA graphs) at the lightest recompute rung that fits with
+    them; then, in order: the least recompute (none, then selective without ``moe``, then ``moe`` or full: more
+    model parallelism comes before recompute), TP and the expert group (ETP x EP) each inside the NVLink domain
+    where any such layout fits (Megatron folds them into separate groups), the least model parallelism
+    (TP x PP x CP), the largest expert group (fewest local experts), then the one the model ranks first. EP
+    overlap only where the all-to-all crosses NVLink domains (``docs/training/communication-overlap.md``: most
+    promising at larger EP with inter-node all-to-all) and the model puts more of the step in exposed
+    all-to-all than its own error."""
     from mocompile.resolve.search import _bools, _graph_options, trust_margin
 
     fitting = [s for s in first if s.fits]
     if not fitting:
         return None
-    light = [s for s in fitting if _light(s.cand)] or fitting
     nvl = ctx["nvlink_domain"]
-    domain = [s for s in light if s.cand.tp <= nvl and s.cand.ep * s.cand.etp <= nvl] or light
-    least = min(s.cand.tp * s.cand.pp * s.cand.cp for s in domain)
-    lay = max((s for s in domain if s.cand.tp * s.cand.pp * s.cand.cp == least),
-              key=lambda s: s.cand.ep * s.cand.etp).cand  # ``first`` is ranked: ties keep rank
     graphs = "none" if "none" in _graph_options(ctx) else _graph_options(ctx)[0]
-    group = lay.ep * lay.etp
-    cand = replace(lay, dispatcher=default_dispatcher(ctx, group), overlap=_bools(ctx, ("moe", "overlap"), [False])[0],
-                   delay_wgrad=_bools(ctx, ("moe", "delay_wgrad"), [False])[0], graphs=graphs, num_sms=None)
-    if not cand.overlap and True in _bools(ctx, ("moe", "overlap"), [False, True]) and group > nvl:
+    overlap = _bools(ctx, ("moe", "overlap"), [False])[0]
+    delay_wgrad = _bools(ctx, ("moe", "delay_wgrad"), [False])[0]
+
+    def guided(c: Candidate) -> Candidate:
+        cand = replace(c, dispatcher=default_dispatcher(ctx, c.ep * c.etp), overlap=overlap, delay_wgrad=delay_wgrad,
+                       graphs=graphs, num_sms=None)
+        return cand if rungs_by_ov is None else sc.lightest_fitting(cand, rungs_by_ov[overlap])
+
+    def order(item: tuple[int, Candidate]) -> tuple[Any, ...]:
+        rank, c = item  # ``first`` is ranked: ties keep rank
+        outside = not (c.tp <= nvl and c.ep * c.etp <= nvl)
+        return (_weight(c), outside, c.tp * c.pp * c.cp, -c.ep * c.etp, rank)
+
+    guided_all = [guided(s.cand) for s in fitting]
+    fit = [c for c in guided_all if rungs_by_ov is None or sc.total_gib(c) <= sc.limit] or guided_all
+    cand = min(enumerate(fit), key=order)[1]
+    group = cand.ep * cand.etp
+    if not cand.overlap and True in _bools(ctx, ("moe", "overlap"), [False, True]) and group > nvl \
+            and (rungs_by_ov is None or cand.recompute in rungs_by_ov[True]):
         est = sc.score(cand).est
         if est.terms.get("a2a_exposed", 0.0) > trust_margin(ctx.model) * est.step_s:
             cand = replace(cand, overlap=True)
     return cand
+
+
+def _weight(cand: Candidate) -> int:
+    """How much recompute a plan uses, in the guidance's order: none, selective without ``moe``, then the
+    recompute it keeps for last (``moe``, which replays dispatch and combine, and full)."""
+    return 0 if _light(cand) else 1
 
 
 def _light(cand: Candidate) -> bool:
@@ -241,19 +263,22 @@ def _light(cand: Candidate) -> bool:
 
 
 def default_dispatcher(ctx: Context, group: int) -> str:
-    """Bridge's MoE guidance: alltoall for small EP (inside one NVLink domain), HybridEP on multi-node
-    NVLink, DeepEP across nodes; whichever of those this setting offers, else the first it offers."""
+    """Bridge's MoE guidance (``docs/training/moe-optimization.md``, the dispatcher-selection skill): alltoall
+    for small EP, where the dispatcher is second-order (``SMALL_EP`` or fewer ranks inside one NVLink domain);
+    a flex backend for a larger group or one that spans domains, HybridEP first: the guidance's choice on multi-node NVLink,
+    and on 8-GPU NVLink nodes, where the guidance says to A/B DeepEP against HybridEP, the backend Bridge's
+    tuned perf recipes settled on (``scripts/performance/configs``: HybridEP in most H100, B200 and B300 recipes
+    with a flex backend; ``tests/test_reference.py`` counts them). Whichever of those this setting offers, else
+    the first it offers."""
     from mocompile.resolve.search import _dispatchers
 
     offered = _dispatchers(ctx)
-    if group <= 1 or group <= ctx["nvlink_domain"] and not ctx.hw.get("mnnvl"):
+    if group <= 1 or group <= min(SMALL_EP, ctx["nvlink_domain"]) and not ctx.hw.get("mnnvl"):
         want = ["alltoall"]
-    elif ctx.hw.get("mnnvl"):
-        want = ["hybridep", "deepep", "alltoall"]
     else:
-        want = ["deepep", "hybridep", "alltoall"]
+        want = ["hybridep", "deepep", "alltoall"]
     return next((d for d in want if d in offered), offered[0])
 
 
-__all__ = ["NEAR_LIMIT", "WITHHELD", "default_dispatcher", "defaults", "exact", "fallback", "moved", "nearest",
+__all__ = ["NEAR_LIMIT", "SMALL_EP", "WITHHELD", "default_dispatcher", "defaults", "exact", "fallback", "moved", "nearest",
            "same_shape", "shape_key"]

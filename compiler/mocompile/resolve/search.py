@@ -168,11 +168,11 @@ def _dispatchers(ctx: Context) -> list[str]:
         return [pinned]
     if ctx.goal == "bring-up":
         return ["alltoall"]
-    # The ranking is a stable sort, so a tie in predicted time goes to the earlier backend: DeepEP before HybridEP
-    # (the model costs their links alike; DeepEP is the older, more widely deployed one).
+    # The ranking is a stable sort, so a tie in predicted time goes to the earlier backend: HybridEP before DeepEP
+    # (the model costs their links alike; the documented default, reference.default_dispatcher, prefers HybridEP).
     # A flex backend the cluster profile's probe found missing there (`mocompile probe`) would only fail its
     # preflight (RUN003/RUN013): not offered.
-    return ["alltoall"] + [b for b in FLEX if b in ctx["gpu_flex_backends"]
+    return ["alltoall"] + [b for b in ("hybridep", "deepep") if b in ctx["gpu_flex_backends"]
                            and package_missing(b, ctx["cluster_missing"]) is None]
 
 
