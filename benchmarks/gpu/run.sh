@@ -28,10 +28,13 @@ export PYTHON
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 
 # PREPARE=auto (default) skips prepare_host.sh when this SITE was already prepared from the same
-# wheel set on this host (a second call on a still-warm machine); PREPARE=always forces it.
+# wheel set on this host (a second call on a still-warm machine); PREPARE=always forces it; PREPARE=skip
+# trusts a SITE another driver prepared (issue22_grid.sh builds DeepEP here while jobs run from SITE).
 stamp="${SITE}/.mocompile-prepared"
 want="$(find "${WHEEL_DIR}" -maxdepth 1 -name '*.whl' -printf '%f\n' 2>/dev/null | sort | md5sum | cut -c1-16)"
-if [[ "${PREPARE:-auto}" == "always" || ! -f "${stamp}" || "$(cat "${stamp}")" != "${want}" ]]; then
+if [[ "${PREPARE:-auto}" == "skip" ]]; then
+  echo "run.sh: PREPARE=skip: using ${SITE} as it is"
+elif [[ "${PREPARE:-auto}" == "always" || ! -f "${stamp}" || "$(cat "${stamp}")" != "${want}" ]]; then
   bash "${here}/prepare_host.sh" "${WHEEL_DIR}" "${SITE}"
   echo "${want}" > "${stamp}"
 else

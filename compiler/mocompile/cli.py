@@ -17,7 +17,8 @@ from mocompile.textsafe import terminal
 if TYPE_CHECKING:
     import argparse
 
-VERBS = ("compile", "lint", "check", "explain", "schema", "rules", "models", "init", "diagnose", "probe", "tune")
+VERBS = ("compile", "lint", "check", "explain", "schema", "rules", "models", "init", "diagnose", "probe", "tune",
+         "rankprobe")
 
 
 def _parser(**kwargs: Any) -> argparse.ArgumentParser:
@@ -130,6 +131,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sbatch-args", default=None, help="more sbatch options with --launcher slurm, e.g. "
                                                          "\"--partition gpu --account me\"")
     p.add_argument("--write", action="store_true", help="pin the measured fastest plan's knobs in the recipe")
+    _overrides(p)
+    _common(p, ("auto", "text", "json"))
+    p = sub.add_parser("rankprobe", help="run one rank of the plan at full size on this machine's GPU (fake process "
+                                         "group); measured peak memory beside the estimate")
+    p.add_argument("recipe", nargs="?", default=None, help="the intent (its plan's most-loaded rank runs)")
+    p.add_argument("--rank", type=int, default=None, help="the rank to impersonate (default: the one the memory "
+                                                          "estimate calls most loaded)")
+    p.add_argument("--iterations", type=int, default=None, help="iterations to run (default 6)")
+    p.add_argument("--python", default="python3", help="the Python the launcher runs (default python3)")
+    p.add_argument("--work", default=None, help="where it compiles and logs (default .mocompile/rankprobe)")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds the probe may take (default 1800)")
+    p.add_argument("--from-result", default=None, help="report a result rankprobe.sh wrote; run nothing")
     _overrides(p)
     _common(p, ("auto", "text", "json"))
     return parser

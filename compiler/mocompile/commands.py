@@ -478,3 +478,28 @@ def cmd_tune(args: argparse.Namespace) -> int:
         return rep
 
     return _measured_report(args, build, tune.text)
+
+
+def cmd_rankprobe(args: argparse.Namespace) -> int:
+    """One rank of the plan at full size on this machine's GPU under a fake process group (mocompile.rankprobe):
+    exit 0 when it ran and the estimate is within the tolerance, 1 when it failed or the estimate is outside."""
+    from mocompile import rankprobe
+    if (args.recipe is None) == (args.from_result is None):
+        raise UsageError("rankprobe takes a recipe to run, or --from-result FILE to report (one of them)")
+    if args.from_result is not None:
+        result = rankprobe.read_result(args.from_result)
+        rep = rankprobe.report(result["spec"], result)
+    else:
+        if args.timeout <= 0:
+            raise UsageError("--timeout must be positive")
+        try:
+            rep = rankprobe.run(args.recipe, args.sets, args.unsets, args.rank, args.iterations, args.python, args.work,
+                                args.timeout)
+        except InputError as exc:
+            emit_diagnostics(types.SimpleNamespace(format="text" if args.format == "auto" else args.format,
+                                                   verb="lint", no_color=True), exc.diagnostics)
+            return EXIT_INPUT if any(d.rule in ("INPUT", "SCHEMA") or d.rule.startswith("LIM")
+                                     for d in exc.diagnostics) else EXIT_FINDINGS
+    print(json_dump(rep) if _fmtname(args) == "json" else rankprobe.text(rep))
+    s = rep["summary"]
+    return EXIT_CLEAN if s and not rep["error"] and s["within_tolerance"] else EXIT_FINDINGS

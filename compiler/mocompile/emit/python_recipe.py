@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mocompile import kernels
+from mocompile import kernels, rankprobe
 from mocompile.ir import Decision, Plan
 
 KERNEL_SETTINGS = ("tensor_model_parallel_size", "context_parallel_size", "expert_model_parallel_size",
@@ -153,6 +153,10 @@ def optimizer_levers(plan: Plan, explicit: bool = False) -> list[dict[str, Any]]
                 {"field": "exp_avg_sq_dtype", "dtype": moments, "comment": "second moment"}]
         if state != "fp32":
             out.insert(2, {"field": "store_param_remainders", "value": True, "comment": "the 16 bits the bf16 weight lacks"})
+        elif explicit:  # a recipe built with the precision-aware optimizer may keep bf16 main grads: Megatron-Core's
+            # OptimizerConfig asserts fp32 main grads without it (found by the rank probe: DeepSeek-V3's recipe)
+            out.append({"field": "main_grads_dtype", "dtype": DTYPES["fp32"],
+                        "comment": "fp32 main gradients (required without the precision-aware optimizer)"})
     if share > 0 or explicit:
         out += [{"field": "optimizer_cpu_offload", "value": share > 0,
                  "comment": f"training.optimizer_offload {share:g}: {_comment(plan.settings['optimizer_offload_fraction'])}"},
@@ -256,6 +260,10 @@ def context(plan: Plan, source: str) -> dict[str, Any]:
     model_assignments = [_assign(plan, f) for f in MODEL_FIELDS if not (flex and f in (
         "moe_token_dispatcher_type", "moe_flex_dispatcher_backend"))]
     model_assignments.insert(0, {"field": "seq_length", "value": plan["seq_length"], "comment": "training.seq_length"})
+    if recipe and te and plan["gradient_accumulation_fusion"] is False:
+        # Bridge's provider turns it on whenever TE imports; without Apex the output layer raises at build
+        # (found by the rank probe: the custom-model path set it, Bridge's recipe path did not)
+        model_assignments.append(_assign(plan, "gradient_accumulation_fusion"))
     # Deprecated aliases a base recipe may have set: left in place they override or conflict
     # with the fields above (cuda_graph_scope + cuda_graph_modules raises; an SM alias is used by any backend).
     model_assignments += [
@@ -322,4 +330,6 @@ def context(plan: Plan, source: str) -> dict[str, Any]:
         "kernel_gemms": [(g["what"], g["m"], g["n"], g["k"])
                          for g in kernels.gemm_shapes(m, {f: plan[f] for f in KERNEL_SETTINGS})],
         "kernel_a2a_bytes": list(kernels.A2A_BYTES),
+        # MOCOMPILE_RANK_PROBE (rankprobe.sh): the rank to impersonate, the substitutions, the estimates
+        "rank_probe": rankprobe.spec(plan),
     }

@@ -310,6 +310,10 @@ def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
             workdir=workdir, command=command, roles=roles, rdma=plan.get("kubernetes_rdma"),
             mounts=[(f"host-{i}", path, "DirectoryOrCreate" if path in written else "Directory")
                     for i, path in enumerate(plan.get("container_mounts") or [])]), source, ih)
+    probe = python_recipe.rankprobe.spec(plan)
+    files["rankprobe.sh"] = header.stamp_comment(t.get_template("rankprobe.sh.j2").render(
+        **common, probe_rank=probe["rank"], probe_why=probe["rank_why"], probe_iterations=probe["iterations"]),
+        source, ih, shebang="#!/usr/bin/env bash")
     files["mocompile.lock.json"] = header.stamp_json(lock(plan), source, ih)
     verify_python("train.py", files["train.py"])
     return files

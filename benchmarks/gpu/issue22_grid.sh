@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# Issue 22 device driver for the 1- and 2-GPU hosts. Phases run in the order given:
+#   setup       TE from .te/ (te.sh, smoke test skipped: TE_SMOKE=0 unless set), the Megatron wheel set
+#               (prepare_host.sh), mocompile's four dependencies from .mcdeps/, and DeepEP from a wheel in .deepep/
+#               (built on a host like this one) when there is one
+#   deepep-bg   build DeepEP (hybrid-ep 94a9f8f, .deepep-src/) in the background with the system compilers
+#               (benchmarks/gpu/run.sh DEEPEP=build PREPARE=skip RUN_BENCH=0; the hosts' CC/CXX wrappers link a
+#               static libstdc++ into the extensions, which crashes HybridEP); the wheel comes back in $OUT;
+#               deepep-wait waits for it and installs nothing more (run.sh installed it into /tmp/site)
+#   resume      1 GPU: recipes/bench/bench-te-tiny-real-det.yaml (the TE variant of the real-data recipe under
+#               training.deterministic, checkpoint load = save) through benchmarks/real_data_resume.sh: A trains
+#               40 iterations; B is killed after the iteration-20 save and relaunched unmodified, resumes, trains to
+#               40; the per-iteration losses of B after the kill are compared with A's bit for bit
+#   ncclep      whether this Transformer Engine has NCCL EP (Megatron-Core's 'ncclep' flex backend needs
+#               transformer_engine.pytorch.ep, a TE built with NVTE_BUILD_WITH_NCCL_EP=1)
+#   det         2 GPUs: the mid TE model (recipes/bench/bench-te-mid2-auto.yaml: 8 layers, 64 experts top-8) at EP 2,
+#               each plan of DET_PLANS with training.deterministic, DET_ITERS iterations (losses compared bit for bit)
+#   time        the plans of TIME_PLANS, deterministic off, force-balanced routing (the recipe's), TIME_ITERS
+#               iterations, rounds interleaved with the order rotated, until TIME_ROUNDS rounds or DEADLINE s into
+#               the call (no run starts later)
+# Plans (the same knobs pinned in every one: TP 1, PP 1, EP 2, no delayed wgrad; graphs and recompute off unless
+# named): a2a-off a2a-on deepep-off deepep-on hybridep-off hybridep-on, and a2a-on-moeact (selective recompute of
+# moe_act with EP overlap), a2a-on-graphs (TE CUDA graphs of moe_router + moe_preprocess with EP overlap).
+# Launchers come from GEN/<name>/ when compiled there beforehand, else they are compiled on the host with this
+# checkout's compiler into /tmp/i22/gen (names i22-<plan>-det and i22-<plan>). Every run goes through the generated
+# torchrun.sh, unmodified, with MOCOMPILE_METRICS and benchsite/sitecustomize.py (per-rank peak memory, CPU shares).
+# `compile` writes every launcher into GEN and runs nothing (COMPILER: the compiler folder, MC_PYTHON: an interpreter
+# with mocompile's dependencies, e.g. GEN=benchmarks/gpu/work-issue22/gen MC_PYTHON=.venv/bin/python OUT=/tmp/c ... compile).
+# Usage (repo root on the host; carry .te .whl .mcdeps and .deepep or .deepep-src):
+#   OUT=$OUT bash benchmarks/gpu/issue22_grid.sh setup deepep-bg resume deepep-wait     # nvidia-h100-x1
+#   OUT=$OUT bash benchmarks/gpu/issue22_grid.sh setup ncclep det time                  # nvidia-h100-x2
+# $OUT gets console.log, results.tar.gz (rewritten after every run) and, after deepep-wait, the DeepEP wheel.
+set -uo pipefail
+mkdir -p "${OUT:?set OUT}" /tmp/i22/out
+exec > >(tee -a "${OUT}/console.log") 2>&1
+W=/tmp/i22/out
+keep() { tar czf "${OUT}/results.tar.gz" -C "${W}" . ; }
+t0=${SECONDS}
+repo="$(pwd)"
+say() { echo "issue22: $* at $((SECONDS - t0)) s"; }
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export PYTHONPATH="/tmp/mcdeps:${COMPILER:-${repo}/compiler}:/tmp/site${PYTHONPATH:+:${PYTHONPATH}}"
+mc() { "${MC_PYTHON:-python3}" -m mocompile "$@"; }
+CUDA_HOME="$(readlink -f "${CUDA_HOME:-/usr/local/cuda}")"; export CUDA_HOME
+GEN="${GEN:-/tmp/i22/gen}"
+BASE=recipes/bench/bench-te-mid2-auto.yaml
+DET_ITERS="${DET_ITERS:-10}"
+TIME_ITERS="${TIME_ITERS:-20}"
+DET_PLANS="${DET_PLANS:-a2a-off a2a-on deepep-off deepep-on hybridep-off hybridep-on}"
+TIME_PLANS="${TIME_PLANS:-${DET_PLANS}}"
+COMMON="--set parallelism.tp=1 --set parallelism.pp=1 --set parallelism.ep=2 --set moe.delay_wgrad=false --set profile=null"
+declare -A SETS=(
+  [a2a-off]="--set moe.dispatcher=alltoall --set moe.overlap=false"
+  [a2a-on]="--set moe.dispatcher=alltoall --set moe.overlap=true"
+  [deepep-off]="--set moe.dispatcher=deepep --set moe.overlap=false"
+  [deepep-on]="--set moe.dispatcher=deepep --set moe.overlap=true"
+  [hybridep-off]="--set moe.dispatcher=hybridep --set moe.overlap=false"
+  [hybridep-on]="--set moe.dispatcher=hybridep --set moe.overlap=true"
+  [a2a-on-moeact]="--set moe.dispatcher=alltoall --set moe.overlap=true --set recompute.granularity=selective --set recompute.modules=[moe_act] --set cuda_graphs.impl=none"
+  [a2a-on-graphs]="--set moe.dispatcher=alltoall --set moe.overlap=true --set recompute.granularity=none --set cuda_graphs.impl=transformer_engine --set cuda_graphs.modules=[moe_router,moe_preprocess]"
+)
+DEFAULTS="--set recompute.granularity=none --set cuda_graphs.impl=none"   # overridden by the plan's own words
+
+plan_dir() {  # PLAN det|time -> GEN/<name> (compiled on demand)
+  local plan="$1" mode="$2" name det iters
+  if [[ "${mode}" == det ]]; then name="i22-${plan}-det"; det=true; iters="${DET_ITERS}"
+  else name="i22-${plan}"; det=false; iters="${TIME_ITERS}"; fi
+  if [[ ! -f "${GEN}/${name}/torchrun.sh" ]]; then
+    # shellcheck disable=SC2086  # the sets are lists of --set words by design
+    mc compile "${BASE}" ${COMMON} ${DEFAULTS} ${SETS[${plan}]} --set "training.deterministic=${det}" \
+      --set "training.train_iters=${iters}" --set "name=${name}" -o "${GEN}" --force > "${W}/compile-${name}.log" 2>&1 \
+      || { cat "${W}/compile-${name}.log" >&2; return 1; }
+  fi
+  cp "${GEN}/${name}/mocompile.lock.json" "${W}/lock-${name}.json"
+  echo "${GEN}/${name}"
+}
+
+run_plan() {  # GENERATED_DIR TAG: one launcher run in its own folder
+  local gen="$1" tag="$2" dir="/tmp/i22/runs/$2" start=${SECONDS}
+  [[ "${gen}" == /* ]] || gen="${repo}/${gen}"
+  rm -rf "${dir}"; mkdir -p "${dir}"
+  (cd "${dir}" && PYTHONPATH="${repo}/benchmarks/gpu/benchsite:${PYTHONPATH}" MOCOMPILE_BENCH_RANKSTATS="${dir}/rankstats" \
+    MOCOMPILE_BENCH_AFFINITY=1 MOCOMPILE_METRICS="${dir}/metrics.jsonl" MASTER_PORT=$((29500 + RANDOM % 500)) \
+    timeout "${RUN_TIMEOUT:-300}" bash "${gen}/torchrun.sh" > "${dir}/log.txt" 2>&1)
+  local rc=$?
+  cp "${dir}/metrics.jsonl" "${W}/${tag}.jsonl" 2>/dev/null
+  for f in "${dir}"/rankstats/rank*.json; do [[ -f "${f}" ]] && cp "${f}" "${W}/${tag}-$(basename "${f}")"; done
+  gzip -c "${dir}/log.txt" > "${W}/${tag}.log.gz"
+  python3 - "${dir}/metrics.jsonl" "${tag}" "${rc}" "$((SECONDS - start))" <<'PY'
+import json, os, statistics, sys
+path, tag, rc, wall = sys.argv[1:]
+rows = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
+ms = [r["step_ms"] for r in rows if r["iteration"] > 5]
+last = rows[-1] if rows else {}
+print(f"issue22: {tag} rc={rc} wall={wall} s steps={len(rows)} median(6-)="
+      + (f"{statistics.median(ms):.1f} ms" if ms else "-") + f" last loss={last.get('loss')!r}"
+      + (f" peak alloc rank0={last.get('max_memory_allocated', 0) / 2**30:.2f} GiB" if last else ""))
+PY
+  [[ ${rc} -ne 0 ]] && zcat "${W}/${tag}.log.gz" | grep -v Warning | tail -25
+  nvidia-smi --query-gpu=index,name,uuid,memory.total --format=csv > "${W}/gpus.csv" 2>/dev/null
+  keep
+  return 0
+}
+
+for phase in "$@"; do
+  case "${phase}" in
+    compile)  # every launcher the other phases use, into GEN (here or on the host), nothing run
+      mc compile recipes/bench/bench-te-tiny-real-det.yaml -o "${GEN}" --force > "${W}/compile-resume.log" 2>&1 || cat "${W}/compile-resume.log"
+      for plan in ${DET_PLANS}; do plan_dir "${plan}" det > /dev/null; done
+      for plan in ${TIME_PLANS}; do plan_dir "${plan}" time > /dev/null; done
+      say "compiled into ${GEN}: $(find "${GEN}" -mindepth 1 -maxdepth 1 -printf '%f ')"
+      ;;
+    setup)
+      if python3 -c "import transformer_engine.pytorch, megatron.bridge, ruamel.yaml, cerberus" 2>/dev/null; then
+        say "setup: already there"
+      else
+        TE_SMOKE="${TE_SMOKE:-0}" OUT="${W}" bash benchmarks/gpu/te.sh > "${W}/te-console.log" 2>&1 || { tail -30 "${W}/te-console.log"; say "TE failed"; keep; exit 4; }
+        bash benchmarks/gpu/prepare_host.sh .whl /tmp/site > "${W}/prepare.log" 2>&1 || { tail -30 "${W}/prepare.log"; keep; exit 4; }
+        python3 -m pip install -q --no-index --no-deps --target /tmp/mcdeps .mcdeps/*.whl
+      fi
+      wheel="$(compgen -G ".deepep/deep_ep-*.whl" | head -1)"
+      if [[ -n "${wheel}" ]]; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site "${wheel}" && say "DeepEP from ${wheel}"
+      fi
+      nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "${W}/gpus.csv"
+      say "setup done"
+      ;;
+    deepep-bg)
+      mkdir -p /tmp/i22/deepep
+      (DEEPEP=build PREPARE=skip RUN_BENCH=0 SITE=/tmp/site DEEPEP_SRC="$(compgen -G ".deepep-src/deepep-hybrid-ep-*.tar.gz" | head -1)" \
+        DEEPEP_WHEEL_OUT=/tmp/i22/deepep DEEPEP_BUILD_TIMEOUT="${DEEPEP_BUILD_TIMEOUT:-420}" \
+        bash benchmarks/gpu/run.sh > "${W}/deepep-build.log" 2>&1; echo "rc=$?" > "${W}/deepep-build.rc") &
+      deepep_pid=$!
+      say "DeepEP build started (pid ${deepep_pid})"
+      ;;
+    deepep-wait)
+      [[ -n "${deepep_pid:-}" ]] && wait "${deepep_pid}"
+      say "DeepEP build $(cat "${W}/deepep-build.rc" 2>/dev/null): $(grep 'run.sh: deepep' "${W}/deepep-build.log" | tail -1)"
+      cp /tmp/deepep-build.log "${W}/deepep-build-detail.log" 2>/dev/null
+      cp /tmp/i22/deepep/deep_ep-*.whl "${OUT}/" 2>/dev/null   # outside W: not packed twice
+      keep
+      ;;
+    resume)
+      name=bench-te-tiny-real-det
+      if [[ ! -f "${GEN}/${name}/torchrun.sh" ]]; then
+        mc compile "recipes/bench/${name}.yaml" -o "${GEN}" --force > "${W}/compile-${name}.log" 2>&1 \
+          || { cat "${W}/compile-${name}.log"; keep; exit 5; }
+      fi
+      cp "${GEN}/${name}/mocompile.lock.json" "${W}/lock-${name}.json"
+      say "resume: ${GEN}/${name}/torchrun.sh"
+      mkdir -p "${W}/resume"
+      LAUNCHER="${GEN}/${name}/torchrun.sh" RUN_DIR="build/${name}" PREPARE=skip \
+        bash benchmarks/real_data_resume.sh "${W}/resume"
+      say "resume rc=$?"
+      keep
+      ;;
+    ncclep)
+      python3 - > "${W}/ncclep.txt" 2>&1 <<'PY'
+import importlib.util, traceback
+import transformer_engine, transformer_engine.pytorch as te  # noqa: F401
+print("transformer_engine", transformer_engine.__version__, "at", transformer_engine.__file__)
+print("transformer_engine.pytorch.ep spec:", importlib.util.find_spec("transformer_engine.pytorch.ep"))
+try:
+    from transformer_engine.pytorch import ep  # noqa: F401
+    print("ncclep: transformer_engine.pytorch.ep imports")
+except Exception:
+    print("ncclep: transformer_engine.pytorch.ep does not import:")
+    traceback.print_exc(limit=1)
+import megatron.core.transformer.moe.fused_a2a as f
+print("megatron.core fused_a2a HAVE_TE_EP =", f.HAVE_TE_EP, "; new_nccl_ep_buffer =", f.new_nccl_ep_buffer)
+PY
+      grep -v Warning "${W}/ncclep.txt" | grep -v "warnings.warn" | tail -8
+      say "ncclep checked"
+      keep
+      ;;
+    det)
+      for plan in ${DET_PLANS}; do
+        if (( SECONDS - t0 > ${DEADLINE:-540} )); then say "deadline: det ${plan} not started"; continue; fi
+        gen="$(plan_dir "${plan}" det)" || continue
+        run_plan "${gen}" "det-${plan}"
+      done
+      # shellcheck disable=SC2086  # one argument per plan
+      python3 - "${W}" ${DET_PLANS} <<'PY'
+import json, os, sys
+w, plans = sys.argv[1], sys.argv[2:]
+loss = {}
+for p in plans:
+    f = os.path.join(w, f"det-{p}.jsonl")
+    if os.path.exists(f):
+        loss[p] = [json.loads(l)["loss"] for l in open(f)]
+for p in loss:
+    row = [f"{sum(a == b for a, b in zip(loss[p], loss[q]))}/{min(len(loss[p]), len(loss[q]))}" for q in loss]
+    print(f"issue22: det bitwise-equal iterations {p:>13}: " + " ".join(f"{q}={r}" for q, r in zip(loss, row)))
+PY
+      ;;
+    time)
+      rounds="${TIME_ROUNDS:-3}"
+      read -r -a plans <<< "${TIME_PLANS}"
+      n=${#plans[@]}
+      for round in $(seq 1 "${rounds}"); do
+        for k in $(seq 0 $((n - 1))); do
+          plan="${plans[$(( (k + round - 1) % n ))]}"
+          if (( SECONDS - t0 > ${DEADLINE:-540} )); then say "deadline: time ${plan} round ${round} not started"; continue; fi
+          gen="$(plan_dir "${plan}" time)" || continue
+          run_plan "${gen}" "time-${plan}-r${round}"
+        done
+      done
+      ;;
+    *) echo "unknown phase ${phase}" >&2; exit 2 ;;
+  esac
+done
+keep
+say "done"
