@@ -78,6 +78,7 @@ def intent_text(a: dict[str, Any], gpus_wanted: int | None = None, benchmark: bo
     par: dict[str, Any] = {k: a[k] for k in ("tp", "pp", "vpp", "ep", "etp", "cp")}
     if a.get("layout"):
         par["layout"] = a["layout"]
+    par["fsdp"] = False  # the shipped recipes (anchors) run the distributed optimizer, as its memory was measured
     moe: dict[str, Any] = {"dispatcher": a["dispatcher"], "overlap": a["overlap"], "delay_wgrad": a["delay_wgrad"]}
     if benchmark:
         moe["force_balance"] = True

@@ -149,6 +149,7 @@ class Estimator:
         self.opt_state = c.get("optimizer_state") or "fp32"
         self.offload = float(c.get("optimizer_offload_fraction") or 0.0)
         self.fp8_master = keeps_fp32_master(c.get("fp8"))
+        self.fsdp = bool(c.get("use_megatron_fsdp"))
         self.seq, self.mbs, self.gbs = c["seq_length"], c["micro_batch_size"], c["global_batch_size"]
         self.force_balance = c.get("moe_router_force_load_balancing")
         self.impl = c.get("transformer_impl")
@@ -190,9 +191,18 @@ class Estimator:
         grad = self.grad
         opt, emb = self.opt, (p["embedding"] / 2 / tp if pp > 1 else p["embedding"] / tp)
         st, off, fp8m = self.opt_state, self.offload, self.fp8_master
-        bytes_dense = 2 + grad + state_bytes_per_param(opt, dp, emb / dense if dense else 0.0, st, off, fp8m)
-        bytes_expert = 2 + grad + state_bytes_per_param(opt, edp, 0.0, st, off, fp8m)
-        weights = dense * bytes_dense + experts * bytes_expert
+        held_dense = held_expert = 2 + grad  # bf16 weight + gradient buffer, whole on every DP rank
+        gathered = 0.0
+        if self.fsdp:
+            # Megatron-FSDP (optim_grads_params) shards them like the optimizer state, over DP and expert-DP; each
+            # layer is gathered whole for its forward and backward (and its gradient reduce-scattered from a whole
+            # buffer): the layer computing and the one prefetched, and the embedding/output layer at the ends
+            held_dense, held_expert = (2 + grad) / dp, (2 + grad) / edp
+            layer = (dense - emb) / max(1, layers_rank) + experts / max(1, layers_rank)
+            gathered = (2 + grad) * (2 * layer + emb)
+        bytes_dense = held_dense + state_bytes_per_param(opt, dp, emb / dense if dense else 0.0, st, off, fp8m)
+        bytes_expert = held_expert + state_bytes_per_param(opt, edp, 0.0, st, off, fp8m)
+        weights = dense * bytes_dense + experts * bytes_expert + gathered
         unfused_wgrad = 0.0
         if self.unfused:
             # Without the fused wgrad-into-main_grad GEMMs (they need Apex), each weight gradient is a separate bf16

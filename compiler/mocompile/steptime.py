@@ -97,6 +97,7 @@ class Batch:
     grouped_gemm: bool = True    # grouped-GEMM experts; False: one GEMM sequence per local expert
     fp8_attention: bool = False  # FP8 dot-product attention (some Blackwell MXFP8 perf recipes; mocompile emits BF16)
     optimizer_offload: float = 0.0  # share of Adam's state and step on the host CPU (optimizer_state.py)
+    fsdp: bool = False           # Megatron-FSDP: weights gathered and gradients reduce-scattered every micro-batch
 
 
 @dataclass
@@ -494,7 +495,14 @@ class StepModel:
                                                       optimizer_seconds(m, hw, cand, world,
                                                                         self.batch.optimizer_offload, c))
         dp_traffic, opt = per_layout
-        dp_comm = _dp_exposed(dp_traffic, per_mb)
+        if self.batch.fsdp:
+            # Megatron-FSDP gathers every layer's weights for its forward and again for its backward and
+            # reduce-scatters its gradients, in every micro-batch: 3 passes of the DP traffic's 2 per step. The next
+            # layer's gather runs under the current layer's compute, so only what a micro-batch's GPU time cannot
+            # cover is exposed, in each micro-batch.
+            dp_comm = mb * max(0.0, 1.5 * dp_traffic - gpu_mb)
+        else:
+            dp_comm = _dp_exposed(dp_traffic, per_mb)
         step = steady + bubble + pp_comm + dp_comm + opt + c["step_overhead_s"]
         flops = self.flops
         recompute = mb * share * (n_moe_all * moe_rc + n_dense * dense_rc)

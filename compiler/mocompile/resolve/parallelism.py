@@ -95,6 +95,10 @@ def base(ctx: Context) -> None:
     ctx.set("optimizer_offload_fraction", 0.0 if off == "auto" else float(off), "user" if off != "auto" else "default",
             "pinned in the recipe" if off != "auto" else "auto: on the GPU unless no plan fits",
             path=("training", "optimizer_offload"))
+    fsdp = ctx.intent["parallelism"].get("fsdp", "auto")
+    ctx.set("use_megatron_fsdp", fsdp is True, "user" if fsdp != "auto" else "default",
+            "pinned in the recipe" if fsdp != "auto" else "auto: the distributed optimizer unless no plan fits",
+            path=("parallelism", "fsdp"))
     ctx.set("goal", ctx.goal, "user", "the recipe's goal", path=("goal",))
     ctx.user_or("moe_router_force_load_balancing", ("moe", "force_balance"), False, "goal",
                 "natural routing: forced balancing is for benchmarks only")

@@ -1,0 +1,270 @@
+# mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
+# mocompile: source recipes/deepseek-v3-gb300x64-fsdp.yaml (mocompile 0.1.0)
+# mocompile: checksum sha256:ae292fb1700a6a33 input sha256:61254ffce7f63ff1
+"""deepseek-v3-gb300x64-fsdp: Megatron-Bridge pretraining recipe compiled by mocompile.
+
+DeepSeek-V3 (671B-A37B) on 64x NVIDIA GB300 NVL72, goal throughput.
+Each non-default line names the decision or rule behind it; run
+`mocompile explain recipes/deepseek-v3-gb300x64-fsdp.yaml` for the full reasoning. Launch with torchrun.sh or
+slurm.sbatch beside this file; `build_config()` imports without training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import torch
+from megatron.bridge.recipes.deepseek import deepseek_v3_pretrain_config
+from megatron.bridge.training.comm_overlap import CommOverlapConfig
+from megatron.bridge.training.config import (
+    CheckpointConfig,
+    ConfigContainer,
+    DistributedDataParallelConfig,
+    LoggerConfig,
+    MockGPTDatasetConfig,
+    OptimizerConfig,
+    RNGConfig,
+    SchedulerConfig,
+    TokenizerConfig,
+    TrainingConfig,
+    ValidationConfig,
+)
+from megatron.bridge.training.flex_dispatcher_backend import apply_flex_dispatcher_backend
+from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+
+# Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
+# (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
+PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 64, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_flex_dispatcher_num_sms': 32, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': 'selective', 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': ['layernorm', 'moe_act', 'mla_up_proj', 'mlp'], 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': 1, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': True, 'cross_entropy_fusion_impl': 'te', 'moe_permute_fusion': True, 'deterministic_mode': False, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'hybridep'}
+
+# The launch environment this plan was compiled for (launchers export the same block).
+ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_NVLS_ENABLE': '0', 'NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN': '64', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True', 'USE_MNNVL': '1'}
+
+
+def build_config() -> ConfigContainer:
+    """Build the ConfigContainer for this plan (importable without starting training)."""
+    cfg = deepseek_v3_pretrain_config()  # Bridge's own recipe for DeepSeek-V3 (671B-A37B) (reads the HF config of deepseek-ai/DeepSeek-V3)
+    # Bridge's recipe config, then only what the plan decides, field by field (each line names the decision);
+    # everything else stays the recipe's (its optimizer, DDP and data-loader options, logger, environment).
+    cfg.optimizer.use_precision_aware_optimizer = True  # training.optimizer_state bf16-moments: default: Bridge's recipe deepseek_v3_pretrain_config builds its optimizer this way (use_precision_aware_optimizer and its dtypes; train.py keeps it); the memory estimate follows
+    cfg.optimizer.main_params_dtype = torch.float32  # fp32 master, stored as remainders
+    cfg.optimizer.store_param_remainders = True  # the 16 bits the bf16 weight lacks
+    cfg.optimizer.exp_avg_dtype = torch.bfloat16  # first moment
+    cfg.optimizer.exp_avg_sq_dtype = torch.bfloat16  # second moment
+    cfg.optimizer.optimizer_cpu_offload = False  # training.optimizer_offload 0: default: auto: on the GPU unless no plan fits
+    cfg.optimizer.optimizer_offload_fraction = 0.0  # share stepped on the CPU
+    if cfg.comm_overlap is None:
+        cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=False)
+    cfg.train.train_iters = 100  # default: schema default
+    cfg.train.global_batch_size = 256  # user: pinned in the recipe
+    cfg.train.micro_batch_size = 2  # user: pinned in the recipe
+    cfg.train.exit_signal_handler = False  # derived: nothing to save on SIGTERM
+    cfg.train.manual_gc = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: Python GC only every 100 steps, never inside a step (the GC pauses it removes are a cause of step-time jitter)
+    cfg.train.manual_gc_interval = 100  # goal: Bridge perf_recipes/_common.py::_benchmark_common
+    cfg.optimizer.bf16 = True  # user: from precision bf16
+    cfg.optimizer.fp16 = False  # user: from precision bf16
+    cfg.scheduler.lr_warmup_iters = 10  # derived: a tenth of train_iters, at most 500: the schedule fits the run's length
+    cfg.scheduler.lr_decay_iters = 100  # derived: cosine decay over the whole run (train_iters)
+    cfg.dataset.seq_length = 4096  # user: pinned in the recipe
+    cfg.dataset.random_seed = 1234  # default: schema default
+    cfg.dataset.blend = None  # derived: mock data has no blend
+    cfg.logger.log_interval = 1  # default: log every iteration
+    cfg.logger.tensorboard_dir = None  # default: no TensorBoard
+    cfg.checkpoint.save = None  # default: no checkpoint key: nothing is saved
+    cfg.checkpoint.load = None  # default: no resume directory
+    cfg.checkpoint.save_interval = None  # default: nothing is saved
+    cfg.checkpoint.ckpt_format = 'fsdp_dtensor'  # derived: Megatron-FSDP saves and resumes only fsdp_dtensor (Bridge's ConfigContainer._validate_and_apply_megatron_fsdp_configs)
+    cfg.checkpoint.async_save = False  # default: synchronous saves
+    cfg.checkpoint.pretrained_checkpoint = None  # default: weights start from random init
+    cfg.validation.eval_iters = 0  # derived: no evaluation: no validation batches are built
+    cfg.validation.eval_interval = None  # default: no evaluation during training
+    cfg.ddp.grad_reduce_in_fp32 = False  # goal: Bridge perf_recipes/_common.py::_benchmark_common: gradients reduced in BF16 (half the DP traffic)
+    cfg.ddp.use_distributed_optimizer = True  # the distributed optimizer (Muon: plain DDP); default: schema default: Megatron's distributed Adam
+    cfg.ddp.overlap_grad_reduce = True  # derived: overlap the DP gradient reduce-scatter
+    cfg.ddp.overlap_param_gather = True  # derived: follows overlap_grad_reduce
+    cfg.ddp.use_megatron_fsdp = True  # goal: Megatron-FSDP: TP1 PP1 EP64, hybridep, overlap off, recompute sel:layernorm,moe_act,mla_up_proj,mlp, graphs none at 5.78 s/step, 256.7 GiB, against TP4 PP1 EP64, hybridep, overlap off, recompute none, graphs none at 6.08 s/step without it: less model parallelism (TP x PP x CP 1 against 4), which fits only with FSDP, and not slower: the guidance's default, the smallest model parallelism that fits
+    cfg.ddp.data_parallel_sharding_strategy = 'optim_grads_params'  # weights, gradients and optimizer state sharded; goal: Megatron-FSDP: TP1 PP1 EP64, hybridep, overlap off, recompute sel:layernorm,moe_act,mla_up_proj,mlp, graphs none at 5.78 s/step, 256.7 GiB, against TP4 PP1 EP64, hybridep, overlap off, recompute none, graphs none at 6.08 s/step without it: less model parallelism (TP x PP x CP 1 against 4), which fits only with FSDP, and not slower: the guidance's default, the smallest model parallelism that fits
+    cfg.model.init_model_with_meta_device = True  # build on the meta device; FSDP materialises each shard; goal: Megatron-FSDP: TP1 PP1 EP64, hybridep, overlap off, recompute sel:layernorm,moe_act,mla_up_proj,mlp, graphs none at 5.78 s/step, 256.7 GiB, against TP4 PP1 EP64, hybridep, overlap off, recompute none, graphs none at 6.08 s/step without it: less model parallelism (TP x PP x CP 1 against 4), which fits only with FSDP, and not slower: the guidance's default, the smallest model parallelism that fits
+    cfg.comm_overlap.tp_comm_overlap = False  # derived: TP communication overlap needs TE userbuffers set up for the exact shapes; mocompile does not plan it (Bridge's CommOverlapConfig.tp_comm_overlap)
+    cfg.comm_overlap.overlap_moe_expert_parallel_comm = False  # goal: part of the chosen plan (5.78 s/step; see tensor_model_parallel_size); overlap on: illegal or does not fit
+    cfg.comm_overlap.delay_wgrad_compute = False  # goal: part of the chosen plan (5.78 s/step; see tensor_model_parallel_size)
+    cfg.comm_overlap.overlap_p2p_comm = False  # derived: no interleaved pipeline
+    cfg.comm_overlap.batch_p2p_comm = False  # derived: not needed
+    cfg.comm_overlap.overlap_grad_reduce = True  # derived: overlap the DP gradient reduce-scatter
+    cfg.comm_overlap.overlap_param_gather = True  # derived: follows overlap_grad_reduce
+    cfg.rng.seed = 1234  # default: schema default
+    cfg.rng.te_rng_tracker = False  # derived: no graphs
+    # mock data: no tokenizer files (nothing downloaded at start-up)
+    cfg.tokenizer = TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=129280)
+    model = cfg.model
+    model.seq_length = 4096  # training.seq_length
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 5.78 s/step, 738 TFLOPS/GPU, 256.7 GiB (of 337 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 5.784 s/step: the fastest plan found (TP2 PP1 EP64, alltoall, overlap on, recompute none, graphs none) is predicted 5.599 s/step, 3.2% faster, inside the model's 30% error for a plan 4 knobs away
+    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (5.78 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (5.78 s/step; see tensor_model_parallel_size)
+    model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (5.78 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 64  # goal: part of the chosen plan (5.78 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (5.78 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (5.78 s/step; see tensor_model_parallel_size)
+    model.moe_flex_dispatcher_num_sms = 32  # derived: flex dispatcher SM budget used by the shipped perf recipes
+    model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
+    model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
+    model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
+    model.recompute_granularity = 'selective'  # goal: lightest recompute that fits: 256.7 GiB <= 265 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 256.7 GiB <= 265 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 256.7 GiB <= 265 GiB usable
+    model.recompute_modules = ['layernorm', 'moe_act', 'mla_up_proj', 'mlp']  # goal: lightest recompute that fits: 256.7 GiB <= 265 GiB usable
+    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (5.78 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (5.78 s/step; see tensor_model_parallel_size)
+    model.use_te_rng_tracker = False  # derived: no graphs
+    model.mtp_num_layers = 1  # model: model catalogue (deepseek-v3)
+    model.apply_rope_fusion = False  # goal: needs TE >= 1.4 and, with MLA, YaRN RoPE (transformer_config.py)
+    model.cross_entropy_loss_fusion = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: fused cross-entropy in TE
+    model.cross_entropy_fusion_impl = 'te'  # goal: Bridge perf_recipes/_common.py::_benchmark_common: cross_entropy_fusion_impl='te'
+    model.moe_permute_fusion = True  # goal: perf recipes fuse token permutation (TE >= 2.1; the unfused permute is part of why the published alltoall run without it took 41.25 s vs 24.71 s for HybridEP)
+    model.deterministic_mode = False  # default: schema default: Megatron's fast kernels, not bitwise reproducible
+    model.cuda_graph_scope = None  # deprecated alias of cuda_graph_modules; both set raises
+    model.moe_deepep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms
+    model.moe_hybridep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms
+    model.account_for_embedding_in_pipeline_split = False  # pipeline split comes from the plan (layout or even split)
+    model.account_for_loss_in_pipeline_split = False  # pipeline split comes from the plan (layout or even split)
+    model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
+    model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
+    # Bridge's own helper sets the flex dispatcher and clears shared-expert overlap.
+    apply_flex_dispatcher_backend(model, 'hybridep')  # goal: part of the chosen plan (5.78 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall +59 ms
+    cfg.mixed_precision = get_mixed_precision_config('bf16_mixed')
+    # the precision config writes this into the DDP config at setup: set it here, not only above
+    cfg.mixed_precision.grad_reduce_in_fp32 = False
+    cfg.env_vars = {**(cfg.env_vars or {}), **ENV_VARS}  # the recipe's environment, the plan's block on top
+    check_plan(cfg)
+    return cfg
+
+
+def check_plan(cfg: ConfigContainer) -> None:
+    """Stop if Bridge's helpers changed a field the plan decided (e.g. a silent fallback)."""
+    changed = {k: (getattr(cfg.model, k, None), v) for k, v in PLANNED.items() if getattr(cfg.model, k, None) != v}
+    if changed:
+        detail = ", ".join(f"{k}={have!r} (plan: {want!r})" for k, (have, want) in sorted(changed.items()))
+        raise SystemExit(f"mocompile: the built config differs from the compiled plan: {detail}")
+
+
+def step_metrics_callback(path: str):
+    """A Bridge callback writing one JSON line per step to ``path`` on rank 0: time, loss, peak memory."""
+    import torch
+    from megatron.bridge.training.callbacks import Callback
+
+    class StepMetrics(Callback):
+        def __init__(self) -> None:
+            self.start = 0.0
+
+        def on_train_step_start(self, context) -> None:
+            torch.cuda.synchronize()
+            self.start = time.perf_counter()
+
+        def on_train_step_end(self, context) -> None:
+            torch.cuda.synchronize()
+            if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
+                return
+            losses = {k: float(v) for k, v in (context.loss_dict or {}).items() if hasattr(v, "__float__")}
+            row = {
+                "iteration": int(context.state.train_state.step) + 1,  # Bridge increments after this hook
+                "step_ms": (time.perf_counter() - self.start) * 1000.0,
+                "loss": losses.get("lm loss"),
+                "max_memory_allocated": torch.cuda.max_memory_allocated(),
+                "max_memory_reserved": torch.cuda.max_memory_reserved(),
+            }
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(row) + "\n")
+
+    return StepMetrics()
+
+
+def probe_kernels(path: str) -> None:
+    """MOCOMPILE_PROBE_KERNELS=<file>: measure instead of training (`mocompile probe` runs this through the
+    launcher). BF16 GEMMs at this plan's shapes, the host's launch time for a tiny kernel, and NCCL
+    all-to-all over the ranks of each node and, across nodes, over all ranks; rank 0 writes one JSON object."""
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    dev = torch.device("cuda", local)
+
+    def timed(fn, reps: int, warm: int) -> float:
+        for _ in range(warm):
+            fn()
+        torch.cuda.synchronize()
+        marks = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+        for start, end in marks:
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        return statistics.median(start.elapsed_time(end) for start, end in marks) * 1e3  # microseconds
+
+    gemm = []
+    for what, m, n, k in [('reference', 8192, 8192, 8192), ('attention qkv', 8192, 49152, 7168), ('expert fc1', 16384, 4096, 7168), ('expert fc2', 16384, 7168, 2048)]:
+        a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+        b = torch.randn(k, n, device=dev, dtype=torch.bfloat16)
+        us = timed(lambda: a @ b, reps=20, warm=5)
+        gemm.append({"what": what, "m": m, "n": n, "k": k, "us": us, "tflops": 2.0 * m * n * k / us / 1e6})
+        del a, b
+    x = torch.zeros(16, device=dev)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(2000):
+        x.add_(1.0)
+    launch_us = (time.perf_counter() - t0) / 2000 * 1e6
+    torch.cuda.synchronize()
+
+    def all_to_all(group, ranks: int) -> list:
+        points = []
+        for size in [65536, 262144, 1048576, 4194304, 16777216, 67108864, 268435456]:
+            send = torch.ones(size // 2, device=dev, dtype=torch.bfloat16)
+            recv = torch.empty_like(send)
+            dist.barrier()
+            us = timed(lambda: dist.all_to_all_single(recv, send, group=group), reps=10, warm=3)
+            slowest = torch.tensor([us], device=dev)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            points.append({"bytes": size, "us": float(slowest.item())})
+        return points
+
+    intra = None
+    nodes = world // per_node
+    groups = [dist.new_group(list(range(i * per_node, (i + 1) * per_node))) for i in range(nodes)]
+    if per_node > 1:
+        intra = all_to_all(groups[rank // per_node], per_node)
+    inter = all_to_all(None, world) if nodes > 1 else None
+    if rank == 0:
+        out = {"device_name": torch.cuda.get_device_name(dev), "world": world, "per_node": per_node,
+               "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+               "gemm": gemm, "launch_us": launch_us, "all_to_all": {"nccl_intra_node": intra, "nccl_world": inter}}
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(out) + "\n")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    probe = os.environ.get("MOCOMPILE_PROBE_KERNELS")
+    if probe:
+        probe_kernels(probe)
+        return
+    # Training-only imports stay here so that build_config() imports on any machine.
+    from megatron.bridge.training.gpt_step import forward_step
+    from megatron.bridge.training.pretrain import pretrain
+
+    cfg = build_config()
+    metrics = os.environ.get("MOCOMPILE_METRICS")
+    pretrain(config=cfg, forward_step_func=forward_step,
+             callbacks=[step_metrics_callback(metrics)] if metrics else None)
+
+
+if __name__ == "__main__":
+    main()
