@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-30b-a3b-h100x8-fit.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:fbbb448a7805ea7a input sha256:9f88ae4b995acb74
+# mocompile: checksum sha256:c786db04e11c1dc7 input sha256:9f88ae4b995acb74
 """qwen3-30b-a3b-h100x8-fit: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-30B-A3B on 8x NVIDIA H100 80GB HBM3, goal fit.
@@ -36,7 +36,7 @@ from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
-PLANNED = {'seq_length': 8192, 'tensor_model_parallel_size': 4, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 8, 'expert_tensor_parallel_size': 1, 'sequence_parallel': True, 'moe_flex_dispatcher_num_sms': 32, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': 'selective', 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': ['layernorm', 'moe', 'core_attn'], 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': False, 'cross_entropy_fusion_impl': 'native', 'moe_permute_fusion': False, 'deterministic_mode': False, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'hybridep'}
+PLANNED = {'seq_length': 8192, 'tensor_model_parallel_size': 4, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 8, 'expert_tensor_parallel_size': 1, 'sequence_parallel': True, 'moe_flex_dispatcher_num_sms': 32, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': 'selective', 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': ['layernorm', 'moe', 'core_attn'], 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': False, 'cross_entropy_fusion_impl': 'native', 'moe_permute_fusion': False, 'deterministic_mode': False, 'fine_grained_activation_offloading': False, 'offload_modules': [], 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'hybridep'}
 
 # The launch environment this plan was compiled for (launchers export the same block).
 ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_NVLS_ENABLE': '0', 'NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN': '8', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True', 'USE_MNNVL': '0'}
@@ -119,6 +119,8 @@ def build_config() -> ConfigContainer:
     model.cross_entropy_fusion_impl = 'native'  # goal: Megatron's default
     model.moe_permute_fusion = False  # goal: goal fit: Megatron's default
     model.deterministic_mode = False  # default: schema default: Megatron's fast kernels, not bitwise reproducible
+    model.fine_grained_activation_offloading = False  # derived: no module offloaded
+    model.offload_modules = []  # default: auto: activations stay on the GPU unless no plan fits
     model.cuda_graph_scope = None  # deprecated alias of cuda_graph_modules; both set raises
     model.moe_deepep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms
     model.moe_hybridep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/tiny-moe-real-data.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:51f9b164d67db699 input sha256:3fadbc35df34ccd9
+# mocompile: checksum sha256:d3ae90e31d1ee686 input sha256:3fadbc35df34ccd9
 """tiny-moe-real-data: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (test MoE, 2x H100, no Transformer Engine) on 2x NVIDIA H100 80GB HBM3, goal throughput.
@@ -36,7 +36,7 @@ from megatron.core.transformer.enums import AttnBackend
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
-PLANNED = {'seq_length': 1024, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 2, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_token_dispatcher_type': 'alltoall', 'moe_flex_dispatcher_backend': None, 'moe_flex_dispatcher_num_sms': None, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': False, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': False, 'cross_entropy_fusion_impl': 'native', 'moe_permute_fusion': False, 'deterministic_mode': False, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None}
+PLANNED = {'seq_length': 1024, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 2, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_token_dispatcher_type': 'alltoall', 'moe_flex_dispatcher_backend': None, 'moe_flex_dispatcher_num_sms': None, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': False, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': False, 'cross_entropy_fusion_impl': 'native', 'moe_permute_fusion': False, 'deterministic_mode': False, 'fine_grained_activation_offloading': False, 'offload_modules': [], 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None}
 
 # The launch environment this plan was compiled for (launchers export the same block).
 ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '8', 'NCCL_NVLS_ENABLE': '0', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'}
@@ -168,6 +168,8 @@ def build_config() -> ConfigContainer:
     model.cross_entropy_fusion_impl = 'native'  # goal: Megatron's default
     model.moe_permute_fusion = False  # goal: fused permutation needs TE >= 2.1 (transformer_config.py)
     model.deterministic_mode = False  # default: schema default: Megatron's fast kernels, not bitwise reproducible
+    model.fine_grained_activation_offloading = False  # derived: no module offloaded
+    model.offload_modules = []  # default: auto: activations stay on the GPU unless no plan fits
     model.cuda_graph_scope = None  # deprecated alias of cuda_graph_modules; both set raises
     model.moe_deepep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms
     model.moe_hybridep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms

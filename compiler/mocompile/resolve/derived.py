@@ -64,6 +64,9 @@ def environment(ctx: Context) -> None:
              "HybridEP topology: ranks per NVLink domain")
         _env(ctx, "USE_MNNVL", "1" if ctx.hw.get("mnnvl") and group > ctx["gpus_per_node"] else "0",
              "multi-node NVLink only when the EP group spans trays of an NVL72 rack")
+    if ctx["offload_modules"] and ctx["te_version"] is not None:
+        _env(ctx, "NVTE_CPU_OFFLOAD_V1", "1", "fine-grained activation offload with Transformer Engine >= 2.10 offloads "
+             "weights too unless it is 1 (Bridge's _validate_fine_grained_activation_offloading)")
     graphs_on = ctx["cuda_graph_impl"] not in (None, "none")
     _env(ctx, "PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", "less fragmentation for MoE's ragged tensors")
     if graphs_on:
@@ -88,7 +91,7 @@ def _rung_gpus(ctx: Context) -> Any:
     """Sort key: the smallest GPU count a rung of the memory ladder fits on (none: last)."""
     from mocompile.resolve.decide import lever_trial
 
-    def key(rung: tuple[str, float, bool]) -> float:
+    def key(rung: tuple[str, float, bool, tuple[str, ...]]) -> float:
         with lever_trial(ctx, *rung):
             n = min_gpus_that_fit(ctx)
         return float("inf") if n is None else n
@@ -106,8 +109,8 @@ def _lightest_lever_count(ctx: Context) -> tuple[int, str] | None:
         return None
     heaviest = [r for r in rungs if not r[2] or ctx["use_megatron_fsdp"]][-1:] + \
         [r for r in rungs if r[2] and not ctx["use_megatron_fsdp"]]  # the last state/offload rung, and FSDP
-    state, share, fsdp = min(heaviest, key=_rung_gpus(ctx))
-    with lever_trial(ctx, state, share, fsdp):
+    state, share, fsdp, act = min(heaviest, key=_rung_gpus(ctx))
+    with lever_trial(ctx, state, share, fsdp, act):
         n = min_gpus_that_fit(ctx)
     how = "parallelism.fsdp: true (Megatron-FSDP)" if fsdp and not ctx["use_megatron_fsdp"] else \
         f"training.optimizer_offload: {share:g} (Adam's state and step on the host CPU)" if share else \

@@ -357,7 +357,7 @@ class Scorer:
         self.batch = Batch(ctx["seq_length"], ctx["micro_batch_size"], ctx["global_batch_size"], ctx["precision"],
                            bool(ctx["moe_router_force_load_balancing"]), ctx["te_version"] is not None,
                            bool(ctx["moe_grouped_gemm"]), optimizer_offload=float(ctx["optimizer_offload_fraction"]),
-                           fsdp=bool(ctx["use_megatron_fsdp"]))
+                           fsdp=bool(ctx["use_megatron_fsdp"]), offload_modules=tuple(ctx["offload_modules"]))
         self.hw = dict(ctx.hw, nvlink_domain=ctx.hw["nvlink_domain"], gpus_per_node=ctx["gpus_per_node"])
         self.count = 0
         self._mem: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -692,7 +692,7 @@ def search(ctx: Context) -> SearchResult:
     # the profile's values (hash included), not only its path: an edited profile must re-plan
     key = {"intent": ctx.intent, "cluster": ctx.hw.get("cluster"), "micro_batch_size": ctx["micro_batch_size"],
            "optimizer_state": ctx["optimizer_state"], "optimizer_offload": ctx["optimizer_offload_fraction"],
-           "fsdp": ctx["use_megatron_fsdp"]}
+           "fsdp": ctx["use_megatron_fsdp"], "offload_modules": ctx["offload_modules"]}
     cached = plancache.get(key)
     if cached is not None:
         try:
@@ -954,7 +954,8 @@ def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None, goal: 
     term, delta = max(diff.items(), key=lambda kv: kv[1])
     names = {"compute": "compute", "a2a_exposed": "exposed all-to-all", "overlap_slowdown": "SMs lost to overlapped "
              "communication", "bubble": "pipeline bubble", "tp_cp": "TP/CP collectives", "host_bound": "host (CPU launch) time",
-             "pp_p2p": "pipeline sends", "dp_exposed": "exposed DP gradient/parameter traffic", "recompute": "recompute"}
+             "pp_p2p": "pipeline sends", "dp_exposed": "exposed DP gradient/parameter traffic", "recompute": "recompute",
+             "act_offload": "exposed activation offload traffic"}
     slower = loser.step - winner.step
     if anchor is not None and slower < 0:
         d = knob_distance(loser.cand, anchor.cand)

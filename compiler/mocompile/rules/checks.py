@@ -227,6 +227,15 @@ CHECKS: dict[str, Check] = {
     and not c.get("optimizer_offload_fraction"),
     "OPT006": lambda c: c.get("optimizer_state", "fp32") != "fp32" and bool(c.get("optimizer_offload_fraction")),
     "OPT007": lambda c: c.get("optimizer", "adam") != "adam" and bool(c.get("optimizer_offload_fraction")),
+    # fine-grained activation offload (recompute.offload_modules)
+    "AOF001": lambda c: "attn_proj" in (c.get("offload_modules") or []) and "core_attn" not in (c.get("offload_modules") or []),
+    "AOF002": lambda c: c.get("recompute_granularity") == "selective" and "moe" in (c.get("recompute_modules") or [])
+    and bool({"moe_act", "expert_fc1"} & set(c.get("offload_modules") or [])),
+    "AOF003": lambda c: bool(c.get("offload_modules")) and c.get("te_version") is None,
+    "AOF004": lambda c: bool(c.get("offload_modules")) and c.get("te_version") is not None
+    and str((c.get("env") or {}).get("NVTE_CPU_OFFLOAD_V1", "1")) != "1",
+    "AOF005": lambda c: c.get("cuda_graph_impl") == "local"
+    and bool(set(c.get("offload_modules") or []) - {"expert_fc1", "moe_act"}),
     # Megatron-FSDP (parallelism.fsdp)
     "FSD001": lambda c: bool(c.get("use_megatron_fsdp")) and bool(c.get("overlap_moe_expert_parallel_comm"))
     and (c.get("virtual_pipeline_model_parallel_size") or 1) > 1,
