@@ -121,11 +121,11 @@ def test_the_size_a_layout_needs_is_pp_times_the_lcm_of_attention_and_expert_gro
 def test_where_the_recipes_recompute_fits_only_with_balanced_routing_the_planner_adds_it(tmp_path):
     a = init.find("qwen3_30b_a3b_pretrain_8gpu_b200_bf16_config")  # no recompute, MBS 4: 190 GiB with natural routing
     text = init.intent_text(a)
-    assert "recompute: {granularity: auto}" in text and "fits only with force-balanced routing" in text
+    assert "recompute: {granularity: auto, offload_modules: []}" in text and "fits only with force-balanced routing" in text
     assert "micro_batch_size: auto" in text  # recompute alone is not enough at MBS 4
     assert not _compile(tmp_path, text).errors
     bench = init.intent_text(a, benchmark=True)  # as measured: the recipe's own knobs, kept
-    assert "micro_batch_size: 4" in bench and 'recompute: {granularity: "none"}' in bench
+    assert "micro_batch_size: 4" in bench and 'recompute: {granularity: "none", offload_modules: []}' in bench
     fits = init.find(RECIPES[0])  # fits with natural routing: nothing unpinned
     assert "auto" not in init.intent_text(fits).split("schema: 1")[1]
 

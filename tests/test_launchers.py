@@ -140,7 +140,9 @@ def test_every_name_train_py_uses_is_defined_or_imported(train):
                     for a in n.names} | {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))} \
         | {t.id for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AnnAssign))
            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)} \
-        | {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in n.args + n.kwonlyargs} \
+        | {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments)
+           for a in n.posonlyargs + n.args + n.kwonlyargs + [x for x in (n.vararg, n.kwarg) if x is not None]} \
+        | {n.name for n in ast.walk(tree) if isinstance(n, ast.ExceptHandler) and n.name} \
         | {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     loads = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     assert loads - module_names - set(dir(builtins)) == set()

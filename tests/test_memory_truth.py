@@ -73,7 +73,8 @@ DSV3_FIT = "schema: 1\nmodel: deepseek-v3\nhardware: {gpu: h100, nodes: NODES}\n
 
 
 # Adam's memory levers closed: these tests pin the fp32-state boundary (tests/test_optimizer_levers.py has the ladder)
-CLOSED = ["training.optimizer_state=fp32", "training.optimizer_offload=0"]
+CLOSED = ["training.optimizer_state=fp32", "training.optimizer_offload=0", "parallelism.fsdp=false",
+          "recompute.offload_modules=[]"]
 
 
 def dsv3_fit(tmp_path, nodes: int):

@@ -78,6 +78,7 @@ def intent_text(a: dict[str, Any], gpus_wanted: int | None = None, benchmark: bo
     par: dict[str, Any] = {k: a[k] for k in ("tp", "pp", "vpp", "ep", "etp", "cp")}
     if a.get("layout"):
         par["layout"] = a["layout"]
+    par["fsdp"] = False  # the shipped recipes (anchors) run the distributed optimizer, as its memory was measured
     moe: dict[str, Any] = {"dispatcher": a["dispatcher"], "overlap": a["overlap"], "delay_wgrad": a["delay_wgrad"]}
     if benchmark:
         moe["force_balance"] = True
@@ -87,6 +88,7 @@ def intent_text(a: dict[str, Any], gpus_wanted: int | None = None, benchmark: bo
     recompute: dict[str, Any] = {"granularity": "none"} if rc in ("none", []) else \
         {"granularity": "full", "method": "uniform", "num_layers": 1} if rc == "full" else \
         {"granularity": "selective", "modules": list(rc)}
+    recompute["offload_modules"] = []  # no shipped recipe of the table offloads activations (its memory as measured)
     impl, modules = GRAPHS[a["graphs"]]
     # the recipe's optimizer (Kimi-K2's train with Muon; adam is the intent's default)
     opt = f", optimizer: {a['optimizer']}" if a.get("optimizer", "adam") != "adam" else ""
@@ -124,7 +126,7 @@ def intent_text(a: dict[str, Any], gpus_wanted: int | None = None, benchmark: bo
         at = lines.index(f"recompute: {_flow(recompute)}")
         lines[at:at + 1] = [f"# The recipe's recompute ({_flow(recompute)}) fits only with force-balanced routing by "
                             "mocompile's memory estimate:", "# `auto` lets the planner add the recompute natural "
-                            "routing needs (explain says what it chose).", "recompute: {granularity: auto}"]
+                            "routing needs (explain says what it chose).", "recompute: {granularity: auto, offload_modules: []}"]
         text = "\n".join(lines) + "\n"
         if "MEM001" in _errors(text):  # recompute is not enough: the micro-batch's activations are the rest
             at = next(i for i, line in enumerate(lines) if line.startswith("training: "))

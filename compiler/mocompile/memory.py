@@ -114,6 +114,38 @@ def _act_bytes_per_token(m: dict[str, Any], force_balance: Any, modules: list[st
     return attn + frac_moe * moe + (1 - frac_moe) * dense
 
 
+# Megatron-Core's fine-grained activation offload labels (TransformerConfig.offload_modules), in its order; the
+# fused grouped MLP's label needs TE's op fuser, which mocompile does not plan.
+OFFLOAD_ORDER = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act")
+
+
+def offloaded_bytes_per_token(m: dict[str, Any], force_balance: Any, offload: tuple[str, ...] | list[str],
+                              modules: tuple[str, ...] | list[str]) -> float:
+    """Bytes per local token per layer that fine-grained activation offload moves to the host: the inputs each
+    offloaded module keeps for its backward (bf16), except where selective recompute already drops them
+    (``modules``: the recompute modules; ``moe`` recomputes the whole MoE layer). Averaged over dense and MoE layers
+    like ``_act_bytes_per_token``: the same tensors, counted the same way."""
+    if not offload:
+        return 0.0
+    h = m["hidden_size"]
+    q = m["num_attention_heads"] * m["kv_channels"]
+    kvd = m["num_query_groups"] * m["kv_channels"]
+    norms = "layernorm" not in modules  # recomputed norms keep no outputs: nothing left to offload after them
+    attn = 0.0
+    attn += 2 * h if "attn_norm" in offload else 0.0
+    attn += 2 * h if "qkv_linear" in offload and norms else 0.0
+    attn += 2 * (q + 2 * kvd) if "core_attn" in offload and not {"core_attn", "mla_up_proj"} & set(modules) else 0.0
+    attn += 2 * q if "attn_proj" in offload else 0.0
+    mlp = 2 * h if "mlp_norm" in offload else 0.0
+    moe = 0.0
+    if "moe" not in modules:
+        routed = m["moe_router_topk"] * (1.0 if force_balance else ROUTING_IMBALANCE)
+        moe += routed * 2 * h if "expert_fc1" in offload else 0.0
+        moe += routed * 4 * m["moe_ffn_hidden_size"] if "moe_act" in offload and "moe_act" not in modules else 0.0
+    frac_moe = (m["num_layers"] - m.get("first_k_dense", 0)) / m["num_layers"]
+    return attn + mlp + frac_moe * moe
+
+
 def estimate(m: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
     """Estimate peak allocated bytes per GPU for flat settings ``c``; GiB figures."""
     return Estimator(m, c).of(c)
@@ -149,6 +181,8 @@ class Estimator:
         self.opt_state = c.get("optimizer_state") or "fp32"
         self.offload = float(c.get("optimizer_offload_fraction") or 0.0)
         self.fp8_master = keeps_fp32_master(c.get("fp8"))
+        self.fsdp = bool(c.get("use_megatron_fsdp"))
+        self.act_offload = tuple(c.get("offload_modules") or ())
         self.seq, self.mbs, self.gbs = c["seq_length"], c["micro_batch_size"], c["global_batch_size"]
         self.force_balance = c.get("moe_router_force_load_balancing")
         self.impl = c.get("transformer_impl")
@@ -190,9 +224,18 @@ class Estimator:
         grad = self.grad
         opt, emb = self.opt, (p["embedding"] / 2 / tp if pp > 1 else p["embedding"] / tp)
         st, off, fp8m = self.opt_state, self.offload, self.fp8_master
-        bytes_dense = 2 + grad + state_bytes_per_param(opt, dp, emb / dense if dense else 0.0, st, off, fp8m)
-        bytes_expert = 2 + grad + state_bytes_per_param(opt, edp, 0.0, st, off, fp8m)
-        weights = dense * bytes_dense + experts * bytes_expert
+        held_dense = held_expert = 2 + grad  # bf16 weight + gradient buffer, whole on every DP rank
+        gathered = 0.0
+        if self.fsdp:
+            # Megatron-FSDP (optim_grads_params) shards them like the optimizer state, over DP and expert-DP; each
+            # layer is gathered whole for its forward and backward (and its gradient reduce-scattered from a whole
+            # buffer): the layer computing and the one prefetched, and the embedding/output layer at the ends
+            held_dense, held_expert = (2 + grad) / dp, (2 + grad) / edp
+            layer = (dense - emb) / max(1, layers_rank) + experts / max(1, layers_rank)
+            gathered = (2 + grad) * (2 * layer + emb)
+        bytes_dense = held_dense + state_bytes_per_param(opt, dp, emb / dense if dense else 0.0, st, off, fp8m)
+        bytes_expert = held_expert + state_bytes_per_param(opt, edp, 0.0, st, off, fp8m)
+        weights = dense * bytes_dense + experts * bytes_expert + gathered
         unfused_wgrad = 0.0
         if self.unfused:
             # Without the fused wgrad-into-main_grad GEMMs (they need Apex), each weight gradient is a separate bf16
@@ -214,7 +257,10 @@ class Estimator:
         key = (modules, full)
         hit = self._per_token.get(key)
         if hit is None:
-            hit = self._per_token[key] = _act_bytes_per_token(self.m, self.force_balance, modules, full)
+            hit = _act_bytes_per_token(self.m, self.force_balance, modules, full)
+            if not full:  # full recompute keeps only each layer's input: nothing for offload to move
+                hit -= min(hit, offloaded_bytes_per_token(self.m, self.force_balance, self.act_offload, modules))
+            self._per_token[key] = hit
         return hit
 
     def _acts_of(self, tp: int, pp: int, vpp: int, cp: int, dp: int, layers_rank: int, granularity: Any,

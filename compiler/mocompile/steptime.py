@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mocompile.datafiles import load_yaml
-from mocompile.memory import _attention_params, parameters
+from mocompile.memory import _attention_params, offloaded_bytes_per_token, parameters
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "steptime.yaml")
 FP8_PRECISIONS = ("fp8-cs", "fp8-ds", "fp8-blockwise", "mxfp8", "nvfp4")
@@ -97,6 +97,8 @@ class Batch:
     grouped_gemm: bool = True    # grouped-GEMM experts; False: one GEMM sequence per local expert
     fp8_attention: bool = False  # FP8 dot-product attention (some Blackwell MXFP8 perf recipes; mocompile emits BF16)
     optimizer_offload: float = 0.0  # share of Adam's state and step on the host CPU (optimizer_state.py)
+    fsdp: bool = False           # Megatron-FSDP: weights gathered and gradients reduce-scattered every micro-batch
+    offload_modules: tuple[str, ...] = ()  # fine-grained activation offload (memory.offloaded_bytes_per_token)
 
 
 @dataclass
@@ -472,7 +474,14 @@ class StepModel:
             # that wait on each other across the compute and communication streams: each wait leaves the GPU a
             # launch-and-handshake gap, per layer and micro-batch, whether or not there is much to hide.
             slowdown += c["overlap_sync_s"] * n_moe_all * share
-        gpu_mb = comp + a2a - hidden + slowdown + other
+        offload_mb = 0.0
+        if batch.offload_modules and cand.recompute[0] != "full":
+            # Fine-grained activation offload copies the offloaded inputs to the host during the forward and back
+            # during the backward, on their own streams: what the micro-batch's compute does not cover is exposed.
+            moved = 2.0 * per_rank * share * (n_moe_all + n_dense) * offloaded_bytes_per_token(
+                m, batch.force_balance, batch.offload_modules, cand.recompute[1] or ())
+            offload_mb = max(0.0, moved / (float(hw.get("host_link_gbps", 64)) * 1e9) - comp)
+        gpu_mb = comp + a2a - hidden + slowdown + other + offload_mb
         # The CPU launches every kernel; dropless MoE syncs with the GPU each layer, so a micro-batch takes
         # as long as the slower of the two. The overlapped schedule launches more (two micro-batches,
         # explicit stream waits); CUDA graphs cut launches.
@@ -494,14 +503,21 @@ class StepModel:
                                                       optimizer_seconds(m, hw, cand, world,
                                                                         self.batch.optimizer_offload, c))
         dp_traffic, opt = per_layout
-        dp_comm = _dp_exposed(dp_traffic, per_mb)
+        if self.batch.fsdp:
+            # Megatron-FSDP gathers every layer's weights for its forward and again for its backward and
+            # reduce-scatters its gradients, in every micro-batch: 3 passes of the DP traffic's 2 per step. The next
+            # layer's gather runs under the current layer's compute, so only what a micro-batch's GPU time cannot
+            # cover is exposed, in each micro-batch.
+            dp_comm = mb * max(0.0, 1.5 * dp_traffic - gpu_mb)
+        else:
+            dp_comm = _dp_exposed(dp_traffic, per_mb)
         step = steady + bubble + pp_comm + dp_comm + opt + c["step_overhead_s"]
         flops = self.flops
         recompute = mb * share * (n_moe_all * moe_rc + n_dense * dense_rc)
         terms = {"compute": mb * comp - recompute, "a2a_total": mb * a2a,
                  "a2a_exposed": mb * (a2a - hidden), "overlap_slowdown": mb * slowdown, "bubble": bubble,
                  "tp_cp": mb * other, "host_bound": mb * (per_mb - gpu_mb), "pp_p2p": pp_comm, "dp_exposed": dp_comm,
-                 "optimizer": opt,
+                 "optimizer": opt, "act_offload": mb * offload_mb,
                  "recompute": recompute}
         notes = []
         if cand.overlap and not overlap_ok:

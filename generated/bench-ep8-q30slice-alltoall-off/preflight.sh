@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-ep8-q30slice-alltoall-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:860e6052ee2c8f7c input sha256:5edc4492a11b4cb6
+# mocompile: checksum sha256:ce7c3128703763df input sha256:5edc4492a11b4cb6
 # bench-ep8-q30slice-alltoall-off: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
@@ -27,6 +27,9 @@ TE_MIN = None
 DISPATCH_IMPORT = None
 NEEDS_NVCC = False
 NEEDS_APEX = False
+RANK_PROBE = bool(os.environ.get("MOCOMPILE_RANK_PROBE"))
+if RANK_PROBE:  # rankprobe.sh runs the alltoall dispatcher in place of DeepEP/HybridEP (PRB002): neither is needed
+    DISPATCH_IMPORT, NEEDS_NVCC = None, False
 
 
 def version(text):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-ep8-q30slice-hybridep-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:4fe910eba3e3b067 input sha256:1c2ed63a03e5e56c
+# mocompile: checksum sha256:753f8faa4c089031 input sha256:1c2ed63a03e5e56c
 # bench-ep8-q30slice-hybridep-off: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
@@ -29,6 +29,9 @@ TE_MIN = None
 DISPATCH_IMPORT = ('deep_ep', 'HybridEPBuffer')
 NEEDS_NVCC = True
 NEEDS_APEX = False
+RANK_PROBE = bool(os.environ.get("MOCOMPILE_RANK_PROBE"))
+if RANK_PROBE:  # rankprobe.sh runs the alltoall dispatcher in place of DeepEP/HybridEP (PRB002): neither is needed
+    DISPATCH_IMPORT, NEEDS_NVCC = None, False
 
 
 def version(text):
@@ -136,6 +139,8 @@ print("ok")
 """
 if os.environ.get("MOCOMPILE_SKIP_HYBRIDEP_PROBE", "") == "1":
     print("preflight: RUN013 skipped (MOCOMPILE_SKIP_HYBRIDEP_PROBE=1)")
+elif RANK_PROBE:
+    print("preflight: RUN013 skipped (the rank probe runs the alltoall dispatcher instead)")
 elif not any(f.startswith(("RUN001", "RUN003", "RUN005", "RUN015")) for f in failures):
     import json
     import signal

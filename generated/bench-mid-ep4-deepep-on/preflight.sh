@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-mid-ep4-deepep-on.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:09209c652bb2fb7b input sha256:4e4b25309362a965
+# mocompile: checksum sha256:9a30051ce2642582 input sha256:4e4b25309362a965
 # bench-mid-ep4-deepep-on: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
@@ -27,6 +27,9 @@ TE_MIN = None
 DISPATCH_IMPORT = ('deep_ep', 'Buffer')
 NEEDS_NVCC = False
 NEEDS_APEX = False
+RANK_PROBE = bool(os.environ.get("MOCOMPILE_RANK_PROBE"))
+if RANK_PROBE:  # rankprobe.sh runs the alltoall dispatcher in place of DeepEP/HybridEP (PRB002): neither is needed
+    DISPATCH_IMPORT, NEEDS_NVCC = None, False
 
 
 def version(text):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-mid-pp2-vpp2-ep2-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:15a08aa841ea12a5 input sha256:f62948ffabe4f378
+# mocompile: checksum sha256:ca95a722c2dec31e input sha256:f62948ffabe4f378
 # bench-mid-pp2-vpp2-ep2-off: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
@@ -27,6 +27,9 @@ TE_MIN = None
 DISPATCH_IMPORT = None
 NEEDS_NVCC = False
 NEEDS_APEX = False
+RANK_PROBE = bool(os.environ.get("MOCOMPILE_RANK_PROBE"))
+if RANK_PROBE:  # rankprobe.sh runs the alltoall dispatcher in place of DeepEP/HybridEP (PRB002): neither is needed
+    DISPATCH_IMPORT, NEEDS_NVCC = None, False
 
 
 def version(text):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-h100-deepep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:cd66af630da230b1 input sha256:6fa67c8f10564798
+# mocompile: checksum sha256:100dcdd9196324c7 input sha256:6fa67c8f10564798
 # deepseek-v3-h100-deepep: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
@@ -28,6 +28,9 @@ TE_MIN = '1.7.0'
 DISPATCH_IMPORT = ('deep_ep', 'Buffer')
 NEEDS_NVCC = False
 NEEDS_APEX = True
+RANK_PROBE = bool(os.environ.get("MOCOMPILE_RANK_PROBE"))
+if RANK_PROBE:  # rankprobe.sh runs the alltoall dispatcher in place of DeepEP/HybridEP (PRB002): neither is needed
+    DISPATCH_IMPORT, NEEDS_NVCC = None, False
 
 
 def version(text):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/gpt-oss-20b-h100x8-bringup.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:79869165ce6af364 input sha256:230b3302bd208356
+# mocompile: checksum sha256:a9e081ddeb3ee3df input sha256:230b3302bd208356
 # gpt-oss-20b-h100x8-bringup: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
@@ -28,6 +28,9 @@ TE_MIN = '1.7.0'
 DISPATCH_IMPORT = None
 NEEDS_NVCC = False
 NEEDS_APEX = True
+RANK_PROBE = bool(os.environ.get("MOCOMPILE_RANK_PROBE"))
+if RANK_PROBE:  # rankprobe.sh runs the alltoall dispatcher in place of DeepEP/HybridEP (PRB002): neither is needed
+    DISPATCH_IMPORT, NEEDS_NVCC = None, False
 
 
 def version(text):

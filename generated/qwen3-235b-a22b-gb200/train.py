@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-235b-a22b-gb200.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:66070b0e66450b89 input sha256:c862d18dba0b3c94
+# mocompile: checksum sha256:f99c45093188704f input sha256:c862d18dba0b3c94
 """qwen3-235b-a22b-gb200: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-235B-A22B on 128x NVIDIA GB200 NVL72, goal throughput.
@@ -36,10 +36,14 @@ from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
-PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 8, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': 'Ettttttttttt|(tttttttttttt|)*6tttttttttttL', 'context_parallel_size': 1, 'expert_model_parallel_size': 8, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_flex_dispatcher_num_sms': 32, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'transformer_engine', 'cuda_graph_modules': ['moe_router', 'moe_preprocess'], 'use_te_rng_tracker': True, 'mtp_num_layers': None, 'apply_rope_fusion': True, 'cross_entropy_loss_fusion': True, 'cross_entropy_fusion_impl': 'te', 'moe_permute_fusion': True, 'deterministic_mode': False, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'hybridep'}
+PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 8, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': 'Ettttttttttt|(tttttttttttt|)*6tttttttttttL', 'context_parallel_size': 1, 'expert_model_parallel_size': 8, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_flex_dispatcher_num_sms': 32, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'transformer_engine', 'cuda_graph_modules': ['moe_router', 'moe_preprocess'], 'use_te_rng_tracker': True, 'mtp_num_layers': None, 'apply_rope_fusion': True, 'cross_entropy_loss_fusion': True, 'cross_entropy_fusion_impl': 'te', 'moe_permute_fusion': True, 'deterministic_mode': False, 'fine_grained_activation_offloading': False, 'offload_modules': [], 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'hybridep'}
 
 # The launch environment this plan was compiled for (launchers export the same block).
 ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_GRAPH_REGISTER': '0', 'NCCL_NVLS_ENABLE': '0', 'NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN': '8', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True', 'USE_MNNVL': '1'}
+
+# MOCOMPILE_RANK_PROBE (rankprobe.sh, `mocompile rankprobe`): the rank this plan's memory estimate calls most loaded,
+# what the probe runs instead of what a fake process group cannot run, and the estimates it is compared with.
+RANK_PROBE = {'world_size': 128, 'rank': 0, 'stage': 0, 'stages': 8, 'rank_why': "the first of 8 pipeline stages: 8 micro-batches' activations in flight outweigh the last stage's logits (memory estimate)", 'iterations': 6, 'microbatches': {'plan': 128, 'probe': 16}, 'global_batch_size': 256, 'model': {'moe_token_dispatcher_type': 'alltoall', 'moe_router_force_load_balancing': True}, 'substitutions': [{'field': 'moe_token_dispatcher_type', 'plan': 'flex (hybridep)', 'probe': 'alltoall', 'rule': 'PRB002', 'why': "HybridEP needs real peers (its buffers exchange IPC and NVSHMEM handles at construction); Megatron-LM refuses the flex dispatcher under a fake process group. The alltoall dispatcher moves the same tokens through PyTorch's allocator; the flex dispatcher's own buffers are outside it"}, {'field': 'moe_router_force_load_balancing', 'plan': False, 'probe': True, 'rule': 'PRB003', 'why': "the tokens a rank's experts receive depend on every other rank's routing, which a fake group does not run: routing is forced to balance (random router logits), so each expert gets its mean share; the estimate's natural-routing imbalance is not measured"}, {'field': 'global_batch_size', 'plan': 2048, 'probe': 256, 'rule': 'PRB004', 'why': "16 of the plan's 128 micro-batches per iteration (the pipeline's warm-up, and so the peak, is the plan's); compute times are scaled by 128/16 to compare with the step-time model"}], 'estimate': {'plan': {'estimate_gib': 126.54, 'total_gib': 127.29, 'weights_and_optimizer_gib': 40.32, 'activations_gib': 84.73, 'logits_gib': 0.0, 'dispatcher_buffers_gib': 0.25, 'graph_buffers_gib': 1.5, 'unfused_wgrad_gib': -0.0, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 5108.1, 'in_flight_microbatches': 8}, 'probe': {'estimate_gib': 116.85, 'total_gib': 117.35, 'weights_and_optimizer_gib': 40.32, 'activations_gib': 75.04, 'logits_gib': 0.0, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 1.5, 'unfused_wgrad_gib': 0.0, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 5108.1, 'in_flight_microbatches': 8}, 'difference_gib': {'allocated': 9.69, 'total': 9.94}}, 'model_compute_s': {'plan': 16.069, 'probe': 2.0086}}
 
 
 def build_config() -> ConfigContainer:
@@ -51,6 +55,7 @@ def build_config() -> ConfigContainer:
     cfg.optimizer.main_params_dtype = torch.float32  # fp32 master
     cfg.optimizer.exp_avg_dtype = torch.float32  # first moment
     cfg.optimizer.exp_avg_sq_dtype = torch.float32  # second moment
+    cfg.optimizer.main_grads_dtype = torch.float32  # fp32 main gradients (required without the precision-aware optimizer)
     cfg.optimizer.optimizer_cpu_offload = False  # training.optimizer_offload 0: default: auto: on the GPU unless no plan fits
     cfg.optimizer.optimizer_offload_fraction = 0.0  # share stepped on the CPU
     if cfg.comm_overlap is None:
@@ -120,6 +125,8 @@ def build_config() -> ConfigContainer:
     model.cross_entropy_fusion_impl = 'te'  # goal: Bridge perf_recipes/_common.py::_benchmark_common: cross_entropy_fusion_impl='te'
     model.moe_permute_fusion = True  # goal: perf recipes fuse token permutation (TE >= 2.1; the unfused permute is part of why the published alltoall run without it took 41.25 s vs 24.71 s for HybridEP)
     model.deterministic_mode = False  # default: schema default: Megatron's fast kernels, not bitwise reproducible
+    model.fine_grained_activation_offloading = False  # derived: no module offloaded
+    model.offload_modules = []  # default: auto: activations stay on the GPU unless no plan fits
     model.cuda_graph_scope = None  # deprecated alias of cuda_graph_modules; both set raises
     model.moe_deepep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms
     model.moe_hybridep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms
@@ -247,10 +254,199 @@ def probe_kernels(path: str) -> None:
     dist.destroy_process_group()
 
 
+def _simulate_collectives() -> None:
+    """torch's fake process group skips every collective and leaves its outputs as allocated, uninitialised
+    (NVIDIA/Megatron-LM#3025): the alltoall dispatcher would size its buffers from garbage token counts. Fill the
+    outputs as if every rank held this rank's data (uniform ranks): an all-gather repeats the input, a reduce-scatter
+    keeps this rank's chunk, an all-to-all returns what was sent, a receive gets small random activations. The
+    fills copy into the outputs Megatron allocated: no memory beyond the real job's."""
+    import sys
+
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    def _flat(t):
+        return t.view(-1) if t.is_contiguous() else None
+
+    def _overlaps(a, b) -> bool:
+        return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+    @torch.no_grad()
+    def _repeat(out, inp) -> None:  # out <- inp, inp, ... (as much as fits)
+        o, i = _flat(out), _flat(inp)
+        if o is None or i is None or o.numel() == 0 or _overlaps(out, inp):
+            return
+        if i.numel() == 0:
+            o.zero_()
+            return
+        for start in range(0, o.numel(), i.numel()):
+            n = min(i.numel(), o.numel() - start)
+            o[start:start + n].copy_(i[:n])
+
+    def all_gather_into_tensor(output_tensor, input_tensor, *args, **kwargs):
+        return _repeat(output_tensor, input_tensor)
+
+    def all_gather(tensor_list, tensor, *args, **kwargs):
+        for t in tensor_list:
+            _repeat(t, tensor)
+
+    def reduce_scatter_tensor(output, input, *args, **kwargs):
+        group = kwargs.get("group", args[1] if len(args) > 1 else None)
+        i = _flat(input)
+        if i is not None and not _overlaps(output, input) and i.numel() >= output.numel() * dist.get_world_size(group):
+            r = dist.get_rank(group)
+            _repeat(output, i[r * output.numel():(r + 1) * output.numel()])
+
+    def all_to_all_single(output, input, *args, **kwargs):
+        _repeat(output, input)
+
+    def all_to_all(output_tensor_list, input_tensor_list, *args, **kwargs):
+        for o, i in zip(output_tensor_list, input_tensor_list):
+            _repeat(o, i)
+
+    @torch.no_grad()
+    def _recv(tensor, *args, **kwargs):
+        if tensor.is_floating_point():
+            tensor.normal_(0.0, 0.02)
+        else:
+            tensor.zero_()
+
+    fills = {"all_gather_into_tensor": all_gather_into_tensor, "_all_gather_base": all_gather_into_tensor,
+             "all_gather": all_gather, "reduce_scatter_tensor": reduce_scatter_tensor,
+             "_reduce_scatter_base": reduce_scatter_tensor, "all_to_all_single": all_to_all_single,
+             "all_to_all": all_to_all, "irecv": _recv, "recv": _recv}
+    swap = {}
+    for name, fill in fills.items():
+        real = getattr(c10d, name, None)
+        if real is None:
+            continue
+
+        def wrapper(*args, _real=real, _fill=fill, **kwargs):
+            work = _real(*args, **kwargs)
+            _fill(*args, **kwargs)
+            return work
+
+        wrapper.__name__ = wrapper.__qualname__ = name
+        swap[id(real)] = wrapper
+        setattr(c10d, name, wrapper)
+        setattr(dist, name, wrapper)
+    # modules that bound a collective at import (Megatron's `dist_all_gather_func = torch.distributed....`)
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "__name__", "").startswith(("megatron", "transformer_engine")):
+            for attr, value in list(vars(mod).items()):
+                if callable(value) and id(value) in swap:
+                    setattr(mod, attr, swap[id(value)])
+
+
+def rank_probe(path: str) -> None:
+    """MOCOMPILE_RANK_PROBE=<file> (rankprobe.sh, `mocompile rankprobe`): one rank of this plan, at its full size, on
+    this process's one GPU under torch's fake process group (Megatron-LM's --fake-process-group: collectives skipped,
+    RANK and WORLD_SIZE the target's). The rank builds its real model shard and optimizer state and runs real forward
+    and backward passes on its share of the batch; every step's time and peak memory go to ``path`` (JSON), beside
+    the memory estimate. MOCOMPILE_RANK_PROBE_RANK picks another rank, MOCOMPILE_RANK_PROBE_ITERS the iterations."""
+    import torch
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    spec = RANK_PROBE
+    world = int(spec["world_size"])
+    try:
+        rank = int(os.environ.get("MOCOMPILE_RANK_PROBE_RANK") or spec["rank"])
+        iters = int(os.environ.get("MOCOMPILE_RANK_PROBE_ITERS") or spec["iterations"])
+    except ValueError as exc:
+        raise SystemExit(f"mocompile: rank probe: {exc}") from None
+    if not 0 <= rank < world or iters < 1:
+        raise SystemExit(f"mocompile: rank probe: rank {rank} is not one of this plan's {world} or {iters} iterations < 1")
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+    torch.cuda.set_device(0)
+    gpu_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+    result = {"spec": spec, "rank": rank, "world_size": world, "device_name": torch.cuda.get_device_name(0),
+              "gpu_memory_gib": round(gpu_gib, 2), "torch": torch.__version__, "replaced_at_run_time": [],
+              "iterations": [], "max_memory_allocated": 0, "max_memory_reserved": 0, "error": None}
+
+    def write() -> None:
+        result["max_memory_allocated"] = torch.cuda.max_memory_allocated()
+        result["max_memory_reserved"] = torch.cuda.max_memory_reserved()
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(result) + "\n")
+
+    if spec["estimate"]["probe"]["estimate_gib"] > gpu_gib and os.environ.get("MOCOMPILE_RANK_PROBE_FORCE") != "1":
+        result["error"] = (f"PRB001 the estimated peak of rank {rank}, {spec['estimate']['probe']['estimate_gib']} GiB, "
+                           f"exceeds this GPU's {gpu_gib:.1f} GiB (MOCOMPILE_RANK_PROBE_FORCE=1 runs it anyway)")
+        write()
+        raise SystemExit(f"mocompile: {result['error']}")
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+    from megatron.bridge.training.callbacks import Callback
+    from megatron.bridge.training.gpt_step import forward_step
+    from megatron.bridge.training.pretrain import pretrain
+
+    _simulate_collectives()
+    cfg = build_config()
+    for field, value in spec["model"].items():
+        setattr(cfg.model, field, value)
+    if getattr(cfg.comm_overlap, "tp_comm_overlap", False):
+        cfg.comm_overlap.tp_comm_overlap = False
+        result["replaced_at_run_time"].append({"rule": "PRB005", "field": "comm_overlap.tp_comm_overlap",
+                                               "plan": True, "probe": False})
+    cfg.train.global_batch_size = spec["global_batch_size"]
+    cfg.train.train_iters = iters
+    cfg.scheduler.lr_warmup_iters = 0
+    cfg.scheduler.lr_decay_iters = iters
+    cfg.validation.eval_interval = None
+    cfg.validation.eval_iters = 0
+    cfg.checkpoint.save = None  # the probe never reads or writes checkpoints, logs or traces
+    cfg.checkpoint.load = None
+    cfg.checkpoint.pretrained_checkpoint = None
+    cfg.logger.tensorboard_dir = None
+    cfg.logger.wandb_project = None
+    cfg.profiling = None
+    cfg.dist.distributed_backend = "fake"
+    cfg.dist.use_gloo_process_groups = False  # as Megatron-LM's --fake-process-group
+    cfg.ddp.check_for_nan_in_grad = False
+    cfg.rerun_state_machine.check_for_nan_in_loss = False
+
+    class StepProbe(Callback):
+        def __init__(self) -> None:
+            self.start = 0.0
+
+        def on_train_start(self, context) -> None:
+            torch.cuda.synchronize()
+            result["before_first_step"] = {"allocated": torch.cuda.memory_allocated(),
+                                           "max_allocated": torch.cuda.max_memory_allocated()}
+            write()
+
+        def on_train_step_start(self, context) -> None:
+            torch.cuda.synchronize()
+            self.start = time.perf_counter()
+
+        def on_train_step_end(self, context) -> None:
+            torch.cuda.synchronize()
+            losses = {k: float(v) for k, v in (context.loss_dict or {}).items() if hasattr(v, "__float__")}
+            result["iterations"].append({
+                "iteration": int(context.state.train_state.step) + 1,
+                "step_ms": (time.perf_counter() - self.start) * 1000.0, "loss": losses.get("lm loss"),
+                "max_memory_allocated": torch.cuda.max_memory_allocated(),
+                "max_memory_reserved": torch.cuda.max_memory_reserved()})
+            write()
+
+    try:
+        pretrain(config=cfg, forward_step_func=forward_step, callbacks=[StepProbe()])
+    except torch.cuda.OutOfMemoryError as exc:
+        result["error"] = f"out of memory: {str(exc).splitlines()[0]}"
+        write()
+        raise SystemExit(f"mocompile: rank probe: {result['error']}") from None
+    write()
+
+
 def main() -> None:
     probe = os.environ.get("MOCOMPILE_PROBE_KERNELS")
     if probe:
         probe_kernels(probe)
+        return
+    rank = os.environ.get("MOCOMPILE_RANK_PROBE")
+    if rank:
+        rank_probe(rank)
         return
     # Training-only imports stay here so that build_config() imports on any machine.
     from megatron.bridge.training.gpt_step import forward_step

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-235b-a22b-h100-alltoall.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:7c8504bba8ea69ea input sha256:1e05ab9d46adf773
+# mocompile: checksum sha256:c028e0514e66933f input sha256:1e05ab9d46adf773
 # qwen3-235b-a22b-h100-alltoall: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
@@ -28,6 +28,9 @@ TE_MIN = '2.7.0'
 DISPATCH_IMPORT = None
 NEEDS_NVCC = False
 NEEDS_APEX = True
+RANK_PROBE = bool(os.environ.get("MOCOMPILE_RANK_PROBE"))
+if RANK_PROBE:  # rankprobe.sh runs the alltoall dispatcher in place of DeepEP/HybridEP (PRB002): neither is needed
+    DISPATCH_IMPORT, NEEDS_NVCC = None, False
 
 
 def version(text):

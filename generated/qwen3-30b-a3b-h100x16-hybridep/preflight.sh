@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-30b-a3b-h100x16-hybridep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:ca33efbe0888f0f2 input sha256:200cdf263ab29b58
+# mocompile: checksum sha256:1fdff0a03a8d8c64 input sha256:200cdf263ab29b58
 # qwen3-30b-a3b-h100x16-hybridep: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
@@ -30,6 +30,9 @@ TE_MIN = '1.7.0'
 DISPATCH_IMPORT = ('deep_ep', 'HybridEPBuffer')
 NEEDS_NVCC = True
 NEEDS_APEX = True
+RANK_PROBE = bool(os.environ.get("MOCOMPILE_RANK_PROBE"))
+if RANK_PROBE:  # rankprobe.sh runs the alltoall dispatcher in place of DeepEP/HybridEP (PRB002): neither is needed
+    DISPATCH_IMPORT, NEEDS_NVCC = None, False
 
 
 def version(text):
@@ -137,6 +140,8 @@ print("ok")
 """
 if os.environ.get("MOCOMPILE_SKIP_HYBRIDEP_PROBE", "") == "1":
     print("preflight: RUN013 skipped (MOCOMPILE_SKIP_HYBRIDEP_PROBE=1)")
+elif RANK_PROBE:
+    print("preflight: RUN013 skipped (the rank probe runs the alltoall dispatcher instead)")
 elif not any(f.startswith(("RUN001", "RUN003", "RUN005", "RUN015")) for f in failures):
     import json
     import signal

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/tiny-moe-muon-h100x2.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:968d286ef987583b input sha256:96e26cc66d89cd5d
+# mocompile: checksum sha256:4e16736dfc144870 input sha256:96e26cc66d89cd5d
 # tiny-moe-muon-h100x2: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
@@ -28,6 +28,9 @@ TE_MIN = None
 DISPATCH_IMPORT = None
 NEEDS_NVCC = False
 NEEDS_APEX = False
+RANK_PROBE = bool(os.environ.get("MOCOMPILE_RANK_PROBE"))
+if RANK_PROBE:  # rankprobe.sh runs the alltoall dispatcher in place of DeepEP/HybridEP (PRB002): neither is needed
+    DISPATCH_IMPORT, NEEDS_NVCC = None, False
 
 
 def version(text):

@@ -132,9 +132,11 @@ def test_the_recipes_optimizer_and_ddp_choices_survive(diffs):
     DDP's average_in_collective, the recipe's environment variables and data-loader workers."""
     for name, r in diffs.items():
         changed = set(r["diff"])
-        for kept in ("ddp.average_in_collective", "ddp.data_parallel_sharding_strategy", "dataset.num_workers",
+        fsdp = _lock(name)["settings"]["use_megatron_fsdp"]["value"]  # FSDP sets the sharding, as Bridge's FSDP recipe
+        for kept in ("ddp.average_in_collective", "dataset.num_workers",
                      "env_vars.TORCH_NCCL_AVOID_RECORD_STREAMS", "optimizer.adam_beta2", "optimizer.weight_decay"):
             assert kept not in changed, (name, kept, r["diff"].get(kept))
+        assert ("ddp.data_parallel_sharding_strategy" in changed) is fsdp, name
         if name.startswith("qwen3-30b"):
             assert "optimizer.use_precision_aware_optimizer" not in changed
             assert _lock(name)["settings"]["optimizer_state"]["value"] == "fp32-remainders"

@@ -49,6 +49,8 @@ NOT_IN_POST_INIT = {
     "RC009": "fails in the first forward (tensor_parallel/random.py CheckpointWithoutOutput), not in the config",
     "CKPT007": "the distributed optimizer (optimizer/distrib_optimizer.py) fails at checkpoint load, not at config time",
     "PP005": "interleaved schedule (pipeline_parallel/schedules.py) checks micro-batches at run time",
+    "FSD001": "the EP-overlap schedule (pipeline_parallel/combined_1f1b.py) asserts on a Megatron-FSDP model chunk at "
+              "run time, not in the config",
     "PREC002": "MXFP8/NVFP4 need Blackwell: Transformer Engine checks the device at run time",
     "PREC003": "FP8 needs sm89+: Transformer Engine checks the device at run time",
     "OPT001": "Muon with fp16 is refused by the optimizer builder (optimizer/__init__.py), not the config",
@@ -108,6 +110,9 @@ MESSAGES: list[tuple[str, set[str]]] = [
     (r"moe cuda graph is only supported with drop-padding MoE", {"CG006"}),
     (r"full recompute is only supported with full iteration CUDA graph", {"CG007"}),
     (r"moe recompute is not supported with moe_router CUDA graph", {"CG008"}),
+    (r"attn_proj cannot be set to offload_modules alone without core_attn", {"AOF001"}),
+    (r"Cannot offload .* while recomputing the entire MoE layer", {"AOF002"}),
+    (r"fine-grained activation offloading with cuda_graph_impl='local' only supports", {"AOF005"}),
 ]
 
 
@@ -162,6 +167,8 @@ def tc_kwargs(c: dict, torch) -> dict:
         cuda_graph_impl=c["cuda_graph_impl"] or "none",
         cuda_graph_modules=list(c["cuda_graph_modules"] or []),
         transformer_impl=c["transformer_impl"],
+        fine_grained_activation_offloading=bool(c.get("offload_modules")),
+        offload_modules=list(c.get("offload_modules") or []),
         # What every generated recipe sets (pretraining; the catalogued HF configs give 0.0 too).
         # Megatron-Core's default 0.1 would add its graphed-recompute dropout checks (tc:2545-2566).
         attention_dropout=0.0, hidden_dropout=0.0,
@@ -325,6 +332,28 @@ def test_flat_case_rejected_by_both(mcore, base_flat, rule_id, changes):
 
 def test_base_plan_accepted_by_both(mcore, base_flat):
     assert compare(mcore, base_flat) == (None, set(), set())
+
+
+@pytest.mark.parametrize("over,rule", [
+    (dict(offload_modules=["attn_proj"]), "AOF001"),
+    (dict(offload_modules=["core_attn", "attn_proj"]), None),
+    (dict(offload_modules=["moe_act"], recompute_granularity="selective", recompute_modules=["moe"],
+          overlap_moe_expert_parallel_comm=False, delay_wgrad_compute=False, cuda_graph_impl="none", cuda_graph_modules=[]),
+     "AOF002"),
+    (dict(offload_modules=["core_attn"], recompute_granularity="selective", recompute_modules=["moe"],
+          overlap_moe_expert_parallel_comm=False, delay_wgrad_compute=False, cuda_graph_impl="none", cuda_graph_modules=[]),
+     None),
+])
+def test_activation_offload_modules_are_refused_where_megatron_core_refuses_them(mcore, base_flat, over, rule):
+    """Fine-grained activation offload (recompute.offload_modules): attn_proj needs core_attn, and nothing inside
+    the MoE layer may be offloaded while `moe` recompute replays it; the legal neighbours pass both."""
+    cfg = {**base_flat, **over}
+    exc, _ = build_real(mcore, cfg)
+    ours = mocompile_errors(cfg)
+    if rule is None:
+        assert exc is None and not {r for r in ours if r.startswith("AOF")}, (exc, ours)
+    else:
+        assert exc is not None and upstream_rules(exc) == {rule} and rule in ours, (exc, ours)
 
 
 def test_ep_with_tp_without_sp_warns_in_both(mcore, base_flat):

@@ -31,7 +31,7 @@ MODEL_FIELDS = (
     "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules",
     "cuda_graph_impl", "cuda_graph_modules", "use_te_rng_tracker", "mtp_num_layers",
     "apply_rope_fusion", "cross_entropy_loss_fusion", "cross_entropy_fusion_impl", "moe_permute_fusion",
-    "deterministic_mode",
+    "deterministic_mode", "fine_grained_activation_offloading", "offload_modules",
 )
 
 
@@ -205,6 +205,12 @@ def recipe_overrides(plan: Plan) -> list[dict[str, Any]]:
                  note="the distributed optimizer (Muon: plain DDP)"),
             _set("ddp.overlap_grad_reduce", plan, "overlap_grad_reduce"),
             _set("ddp.overlap_param_gather", plan, "overlap_param_gather")]
+    if plan.get("use_megatron_fsdp"):  # Megatron-FSDP, as Bridge's DeepSeek-V3 GB300 FSDP recipe sets it
+        out += [_set("ddp.use_megatron_fsdp", plan, "use_megatron_fsdp"),
+                _set("ddp.data_parallel_sharding_strategy", plan, "use_megatron_fsdp", value="optim_grads_params",
+                     note="weights, gradients and optimizer state sharded"),
+                _set("model.init_model_with_meta_device", plan, "use_megatron_fsdp", value=True,
+                     note="build on the meta device; FSDP materialises each shard")]
     out += [_set(f"comm_overlap.{f}", plan, f) for f in ("tp_comm_overlap",) + COMM_OVERLAP_FIELDS]
     out += [_set("rng.seed", plan, "seed"), _set("rng.te_rng_tracker", plan, "use_te_rng_tracker")]
     return out
@@ -320,6 +326,7 @@ def context(plan: Plan, source: str) -> dict[str, Any]:
         "min_lr": float(f"{lr / 10:.6g}"),
         "optimizer": plan.get("optimizer") or "adam",
         "optimizer_levers": optimizer_levers(plan, explicit=bool(recipe)),
+        "fsdp": _assign(plan, "use_megatron_fsdp") if plan.get("use_megatron_fsdp") else None,
         "overrides": recipe_overrides(plan) if recipe else [],
         "optimizer_bf16": bool(plan["bf16"]),
         "optimizer_fp16": bool(plan["fp16"]),

@@ -17,6 +17,8 @@ from mocompile.resolve.search import (
     Scorer,
     SearchResult,
     knob_distance,
+    layout_fits,
+    leaner_layouts,
     pins,
     required_ratio,
     search,
@@ -100,71 +102,143 @@ def micro_batch(ctx: Context) -> SearchResult | None:
 OFFLOAD_SHARES = (0.25, 0.5, 0.75, 1.0)
 
 
-def lever_rungs(ctx: Context) -> list[tuple[str, float]]:
-    """Adam's memory levers the user left ``auto``, in the guidance's order (Megatron-Bridge's memory ladder:
+Lever = tuple[str, float, bool, tuple[str, ...]]
+"""(training.optimizer_state, training.optimizer_offload share, parallelism.fsdp, recompute.offload_modules)"""
+
+# Fine-grained activation offload rungs: the attention inputs Bridge's DeepSeek-V3 FSDP recipes offload, then the
+# expert MLP's too.
+ACT_OFFLOAD_RUNGS: tuple[tuple[str, ...], ...] = (("core_attn", "attn_proj"),
+                                                  ("core_attn", "attn_proj", "expert_fc1", "moe_act"))
+
+
+def lever_rungs(ctx: Context) -> list[Lever]:
+    """The memory levers the user left ``auto``, in the guidance's order (Megatron-Bridge's memory ladder:
     cheapest first): the precision-aware optimizer's lower-precision state (no time cost: TE's FusedAdam runs the
-    same pass), then optimizer offload (host-link traffic and a CPU step every iteration), its least share first;
-    each rung only if it holds less than the rungs before it at the optimizer step's peak.
-    Only what the target can run: Adam (not Muon), TE for the precision-aware optimizer, offload with fp32
-    state (rules OPT004-OPT006)."""
+    same pass), fine-grained activation offload (host-link traffic under the compute), optimizer offload
+    (host-link traffic and a CPU step every iteration), its least share first, then Megatron-FSDP (weights and
+    gradients sharded over data parallelism, gathered every micro-batch); each state or offload rung only if it
+    holds less than the rungs before it at the optimizer step's peak.
+    Only what the target can run: Adam (not Muon), TE for the precision-aware optimizer and activation offload,
+    optimizer offload with fp32 state (rules OPT004-OPT006), FSDP without optimizer offload."""
     t = ctx.intent["training"]
     if ctx["optimizer"] != "adam":
         return []
     state_auto, offload_auto = t.get("optimizer_state", "auto") == "auto", t.get("optimizer_offload", "auto") == "auto"
-    rungs: list[tuple[str, float]] = []
+    fsdp_auto = ctx.intent["parallelism"].get("fsdp", "auto") == "auto"
+    act_auto = ctx.intent["recompute"].get("offload_modules", "auto") == "auto"
+    fsdp, act = bool(ctx["use_megatron_fsdp"]), tuple(ctx["offload_modules"])
+    rungs: list[Lever] = []
     fp8_master = keeps_fp32_master(ctx["fp8"])  # remainders save nothing there
     if state_auto and ctx["te_version"] is not None and not ctx["optimizer_offload_fraction"]:
-        rungs += [(s, 0.0) for s in ("fp32-remainders", "bf16-moments")]
+        rungs += [(s, 0.0, fsdp, act) for s in ("fp32-remainders", "bf16-moments")]
     if offload_auto and (state_auto or ctx["optimizer_state"] == "fp32"):
-        rungs += [("fp32", f) for f in OFFLOAD_SHARES]
+        rungs += [("fp32", f, fsdp, act) for f in OFFLOAD_SHARES]
     # each rung must hold less at the step's peak than where the plan stands and than every rung before it (a
     # recipe may start on a lower-precision state; bf16 moments peak above fp32 state: optimizer_state.py)
     best = adam_peak_bytes(ctx["optimizer_state"], ctx["optimizer_offload_fraction"], fp8_master)
-    kept = []
-    for s, f in rungs:
+    kept: list[Lever] = []
+    for s, f, d, a in rungs:
         b = adam_peak_bytes(s, f, fp8_master)
         if b < best:
-            kept.append((s, f))
+            kept.append((s, f, d, a))
             best = b
+    state, share = ctx["optimizer_state"], ctx["optimizer_offload_fraction"]
+    if act_auto and not act and ctx["te_version"] is not None:
+        first_offload = next((i for i, r in enumerate(kept) if r[1]), len(kept))
+        kept[first_offload:first_offload] = [(state, share, fsdp, mods) for mods in ACT_OFFLOAD_RUNGS]
+    if fsdp_auto and not fsdp and not share:
+        kept.append((state, 0.0, True, act))
     return kept
 
 
 @contextlib.contextmanager
-def lever_trial(ctx: Context, state: str, share: float) -> Iterator[None]:
-    """Plan with one rung of Adam's memory levers set, then put the settings back as they were."""
-    saved = {k: ctx.s[k] for k in ("optimizer_state", "optimizer_offload_fraction")}
+def lever_trial(ctx: Context, state: str, share: float, fsdp: bool = False,
+                act: tuple[str, ...] | None = None) -> Iterator[None]:
+    """Plan with one rung of the memory levers set, then put the settings back as they were."""
+    keys = ("optimizer_state", "optimizer_offload_fraction", "use_megatron_fsdp", "offload_modules",
+            "fine_grained_activation_offloading")
+    saved = {k: ctx.s[k] for k in keys}
+    act = tuple(ctx["offload_modules"]) if act is None else act
     try:
         ctx.set("optimizer_state", state, "goal", "trial")
         ctx.set("optimizer_offload_fraction", share, "goal", "trial")
+        ctx.set("use_megatron_fsdp", fsdp, "goal", "trial")
+        ctx.set("offload_modules", list(act), "goal", "trial")
+        ctx.set("fine_grained_activation_offloading", bool(act), "goal", "trial")
         yield
     finally:
         ctx.s.update(saved)
 
 
+def lever_label(state: str, share: float, fsdp: bool, act: tuple[str, ...] = ()) -> str:
+    """A rung as the intent spells it."""
+    return " + ".join([state] + ([f"activation offload {','.join(act)}"] if act else [])
+                      + ([f"offload {share:g}"] if share else []) + (["FSDP"] if fsdp else []))
+
+
+def _lever_kind(ctx: Context, rung: Lever) -> str:
+    """Which lever a rung climbs: a larger rung of the same one is only heavier."""
+    if rung[2] and not ctx["use_megatron_fsdp"]:
+        return "fsdp"
+    if rung[1] and not ctx["optimizer_offload_fraction"]:
+        return "offload"
+    if rung[3] and not ctx["offload_modules"]:
+        return "activations"
+    return "state"
+
+
 def climb_levers(ctx: Context, res: SearchResult) -> SearchResult:
-    """Where the plan does not fit, the first rung of Adam's memory levers on which one does (both goals: a
-    plan that does not fit never pays); none fits: the levers stay off and MEM001 reports the plan."""
+    """Where the plan does not fit, the memory levers (both goals: a plan that does not fit never pays). Goal
+    ``fit`` stops at the first rung that fits, in the guidance's order; ``throughput`` takes the first fitting
+    rung of each lever (a heavier rung of the same lever only costs more) and keeps the fastest of them, since the
+    levers cost time very differently (a CPU Adam step against FSDP's gathers). None fits: the levers stay off
+    and MEM001 reports the plan."""
     if res.winner.fits and not res.winner.broken:
         return res
     base_state, base_gib, tried = ctx["optimizer_state"], res.winner.mem["total_gib"], []
-    for state, share in lever_rungs(ctx):
-        with lever_trial(ctx, state, share):
+    found: list[tuple[Lever, SearchResult]] = []
+    for rung in lever_rungs(ctx):
+        kind = _lever_kind(ctx, rung)
+        if any(_lever_kind(ctx, r) == kind for r, _ in found):
+            continue  # this lever already fits at a lighter rung
+        with lever_trial(ctx, *rung):
             trial = micro_batch(ctx) or search(ctx)
         w = trial.winner
-        tried.append(f"{state}{f' + offload {share:g}' if share else ''}: {w.mem['total_gib']:.1f} GiB")
+        tried.append(f"{lever_label(*rung)}: {w.mem['total_gib']:.1f} GiB"
+                     + (f", {w.step:.2f} s/step" if w.fits and not w.broken else ""))
         if w.fits and not w.broken:
-            ladder = "; ".join(tried)
-            ctx.set("optimizer_state", state, "goal",
-                    f"no plan fits with {base_state} Adam state on the GPU ({base_gib:.1f} GiB); "
-                    "the memory ladder "
-                    f"(precision-aware state, then optimizer offload): {ladder}",
-                    path=("training", "optimizer_state"))
-            cost = w.est.terms.get("optimizer", 0.0)
-            ctx.set("optimizer_offload_fraction", share, "goal",
-                    (f"the least offload share that fits: {share:g} of Adam's state and step on the host CPU, "
-                     f"optimizer step {cost:.2f} s of {w.step:.2f} s/step (host link and CPU Adam)") if share
-                    else "not needed: the lower-precision state fits", path=("training", "optimizer_offload"))
-            return trial
+            found.append((rung, trial))
+            if ctx.goal != "throughput":
+                break
+    if found:
+        (state, share, fsdp, act), trial = min(found, key=lambda f: f[1].winner.step) \
+            if ctx.goal == "throughput" else found[0]
+        w, ladder = trial.winner, "; ".join(tried)
+        how = "the fastest rung that fits" if ctx.goal == "throughput" else "the first rung that fits"
+        ctx.set("optimizer_state", state, "goal",
+                f"no plan fits with {base_state} Adam state on the GPU ({base_gib:.1f} GiB); the memory ladder "
+                f"(precision-aware state, activation offload, optimizer offload, Megatron-FSDP), {how}: {ladder}",
+                path=("training", "optimizer_state"))
+        cost = w.est.terms.get("optimizer", 0.0)
+        ctx.set("optimizer_offload_fraction", share, "goal",
+                (f"the least offload share that fits: {share:g} of Adam's state and step on the host CPU, "
+                 f"optimizer step {cost:.2f} s of {w.step:.2f} s/step (host link and CPU Adam)") if share
+                else "not needed: another lever fits", path=("training", "optimizer_offload"))
+        if fsdp != ctx["use_megatron_fsdp"]:
+            exposed = w.est.terms.get("dp_exposed", 0.0)
+            ctx.set("use_megatron_fsdp", fsdp, "goal",
+                    f"Megatron-FSDP: weights and gradients sharded over data parallelism ({w.mem['total_gib']:.1f} GiB), "
+                    f"gathered every micro-batch, {exposed:.2f} s of {w.step:.2f} s/step exposed",
+                    path=("parallelism", "fsdp"))
+        if list(act) != list(ctx["offload_modules"]):
+            moved = w.est.terms.get("act_offload", 0.0)
+            ctx.set("offload_modules", list(act), "goal",
+                    f"fine-grained activation offload of {', '.join(act)}: their inputs wait in host memory between "
+                    f"forward and backward ({w.mem['total_gib']:.1f} GiB), {moved:.2f} s of {w.step:.2f} s/step of "
+                    "host-link traffic exposed", path=("recompute", "offload_modules"))
+            ctx.set("fine_grained_activation_offloading", True, "goal", "the ladder's activation offload rung",
+                    path=("recompute", "offload_modules"))
+        return trial
     if tried:
         d = ctx.s["optimizer_state"]
         ctx.set("optimizer_state", d.value, d.source, f"{d.reason}; no rung of the memory ladder fits either: "
@@ -172,9 +246,45 @@ def climb_levers(ctx: Context, res: SearchResult) -> SearchResult:
     return micro_batch(ctx) or search(ctx) if tried else res
 
 
+def fsdp_pays(ctx: Context, res: SearchResult) -> SearchResult:
+    """Goal ``throughput`` with ``parallelism.fsdp: auto``, a plan that fits and needs model parallelism
+    (TP x PP x CP > 1), decided against the documented defaults (a tuned recipe, shipped or moved here, is
+    measured and kept): Megatron-FSDP shards weights and gradients over data parallelism, which may let a plan
+    with less model parallelism fit. Searched only where some layout with less of it fits with FSDP and not
+    without (a few estimates first); taken when the plan found uses less model parallelism, fits only with FSDP
+    and is not predicted slower: the guidance's default, the smallest model parallelism that fits."""
+    w = res.winner
+    mp = w.cand.tp * w.cand.pp * w.cand.cp
+    if (ctx.goal != "throughput" or ctx["optimizer"] != "adam" or ctx["use_megatron_fsdp"] or mp == 1
+            or ctx["optimizer_offload_fraction"] or ctx.intent["parallelism"].get("fsdp", "auto") != "auto"
+            or not w.fits or w.broken or (w.kind in ("shipped", "near") and w.anchor is not None)):
+        return res
+    state = ctx["optimizer_state"]
+    with lever_trial(ctx, state, 0.0, True):
+        only_fsdp = leaner_layouts(ctx, mp)
+    only_fsdp -= leaner_layouts(ctx, mp)
+    if not only_fsdp:
+        return res
+    kept = ctx.s["micro_batch_size"], ctx.by_micro_batch  # a trial's micro_batch() sets them
+    with lever_trial(ctx, state, 0.0, True):
+        trial = micro_batch(ctx) or search(ctx)
+    t = trial.winner
+    tmp = t.cand.tp * t.cand.pp * t.cand.cp
+    # FSDP must be what lets the plan's layout fit: one that fits without it is the search's own to weigh
+    if not t.fits or t.broken or tmp >= mp or t.step > w.step or layout_fits(ctx, t.cand):
+        ctx.s["micro_batch_size"], ctx.by_micro_batch = kept
+        return res
+    ctx.set("use_megatron_fsdp", True, "goal",
+            f"Megatron-FSDP: {t.cand.label()} at {t.step:.2f} s/step, {t.mem['total_gib']:.1f} GiB, against "
+            f"{w.cand.label()} at {w.step:.2f} s/step without it: less model parallelism (TP x PP x CP {tmp} "
+            f"against {mp}), which fits only with FSDP, and not slower: the guidance's default, the smallest model "
+            "parallelism that fits", path=("parallelism", "fsdp"))
+    return trial
+
+
 def plan(ctx: Context) -> None:
     """Search, then record the winner's settings with reasons."""
-    res = climb_levers(ctx, micro_batch(ctx) or search(ctx))
+    res = fsdp_pays(ctx, climb_levers(ctx, micro_batch(ctx) or search(ctx)))
     w = res.winner
     est = w.est
     head = (f"{GOAL_WHY[ctx.goal]}: {est.step_s:.2f} s/step, {est.tflops_per_gpu:.0f} TFLOPS/GPU, "

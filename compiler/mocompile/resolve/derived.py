@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from mocompile import memory
 from mocompile.ir import Decision
 from mocompile.resolve.context import Context
@@ -48,6 +50,9 @@ def environment(ctx: Context) -> None:
     overlap = bool(ctx["overlap_moe_expert_parallel_comm"])
     if flex or ctx["gpu_arch"] == "blackwell":
         conns, why = "32", "flex dispatcher or Blackwell: more hardware queues for the communication streams"
+    elif ctx["use_megatron_fsdp"]:
+        conns, why = "32", ("Megatron-FSDP needs more than 1 (Bridge's ConfigContainer "
+                            "_validate_and_apply_megatron_fsdp_configs): its gathers run on their own streams")
     elif tp_cp and not overlap:
         conns, why = "1", "TP/CP > 1 without EP overlap: Megatron wants ordered kernel launch before Blackwell"
     else:
@@ -59,6 +64,9 @@ def environment(ctx: Context) -> None:
              "HybridEP topology: ranks per NVLink domain")
         _env(ctx, "USE_MNNVL", "1" if ctx.hw.get("mnnvl") and group > ctx["gpus_per_node"] else "0",
              "multi-node NVLink only when the EP group spans trays of an NVL72 rack")
+    if ctx["offload_modules"] and ctx["te_version"] is not None:
+        _env(ctx, "NVTE_CPU_OFFLOAD_V1", "1", "fine-grained activation offload with Transformer Engine >= 2.10 offloads "
+             "weights too unless it is 1 (Bridge's _validate_fine_grained_activation_offloading)")
     graphs_on = ctx["cuda_graph_impl"] not in (None, "none")
     _env(ctx, "PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", "less fragmentation for MoE's ragged tensors")
     if graphs_on:
@@ -79,18 +87,33 @@ def environment(ctx: Context) -> None:
             ctx.env[key] = Decision(value, "user", "launch.env", position=ctx.doc.positions.get(("launch", "env", key)))
 
 
+def _rung_gpus(ctx: Context) -> Any:
+    """Sort key: the smallest GPU count a rung of the memory ladder fits on (none: last)."""
+    from mocompile.resolve.decide import lever_trial
+
+    def key(rung: tuple[str, float, bool, tuple[str, ...]]) -> float:
+        with lever_trial(ctx, *rung):
+            n = min_gpus_that_fit(ctx)
+        return float("inf") if n is None else n
+    return key
+
+
 def _lightest_lever_count(ctx: Context) -> tuple[int, str] | None:
-    """The smallest GPU count with the last (most memory-saving) rung of Adam's memory ladder the recipe leaves
-    open (resolve/decide.py lever_rungs), and how to ask for it; None if none is open or none fits."""
+    """The smallest GPU count with the memory ladder's rungs the recipe leaves open (resolve/decide.py
+    lever_rungs): the last (most memory-saving) optimizer-state or offload rung, or Megatron-FSDP, whichever fits
+    on fewer GPUs; and how to ask for it; None if none is open or none fits."""
     from mocompile.resolve.decide import lever_rungs, lever_trial
 
     rungs = lever_rungs(ctx)
     if not rungs:
         return None
-    state, share = rungs[-1]
-    with lever_trial(ctx, state, share):
+    heaviest = [r for r in rungs if not r[2] or ctx["use_megatron_fsdp"]][-1:] + \
+        [r for r in rungs if r[2] and not ctx["use_megatron_fsdp"]]  # the last state/offload rung, and FSDP
+    state, share, fsdp, act = min(heaviest, key=_rung_gpus(ctx))
+    with lever_trial(ctx, state, share, fsdp, act):
         n = min_gpus_that_fit(ctx)
-    how = f"training.optimizer_offload: {share:g} (Adam's state and step on the host CPU)" if share else \
+    how = "parallelism.fsdp: true (Megatron-FSDP)" if fsdp and not ctx["use_megatron_fsdp"] else \
+        f"training.optimizer_offload: {share:g} (Adam's state and step on the host CPU)" if share else \
         f"training.optimizer_state: {state}"
     return (n, how) if n is not None else None
 

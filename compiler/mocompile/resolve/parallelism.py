@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mocompile.memory import OFFLOAD_ORDER
 from mocompile.resolve.context import Context
 
 PRECISIONS = {  # intent precision -> (bf16, fp16, fp8 recipe, fp4 recipe)
@@ -95,6 +96,18 @@ def base(ctx: Context) -> None:
     ctx.set("optimizer_offload_fraction", 0.0 if off == "auto" else float(off), "user" if off != "auto" else "default",
             "pinned in the recipe" if off != "auto" else "auto: on the GPU unless no plan fits",
             path=("training", "optimizer_offload"))
+    off_mods = ctx.intent["recompute"].get("offload_modules", "auto")
+    mods = [] if off_mods == "auto" else [m for m in OFFLOAD_ORDER if m in off_mods]
+    ctx.set("offload_modules", mods, "user" if off_mods != "auto" else "default",
+            "pinned in the recipe" if off_mods != "auto" else "auto: activations stay on the GPU unless no plan fits",
+            path=("recompute", "offload_modules"))
+    ctx.set("fine_grained_activation_offloading", bool(mods), "derived",
+            "Megatron-Core offloads the inputs of offload_modules" if mods else "no module offloaded",
+            path=("recompute", "offload_modules"))
+    fsdp = ctx.intent["parallelism"].get("fsdp", "auto")
+    ctx.set("use_megatron_fsdp", fsdp is True, "user" if fsdp != "auto" else "default",
+            "pinned in the recipe" if fsdp != "auto" else "auto: the distributed optimizer unless no plan fits",
+            path=("parallelism", "fsdp"))
     ctx.set("goal", ctx.goal, "user", "the recipe's goal", path=("goal",))
     ctx.user_or("moe_router_force_load_balancing", ("moe", "force_balance"), False, "goal",
                 "natural routing: forced balancing is for benchmarks only")

@@ -356,7 +356,8 @@ class Scorer:
         self._shipped = shipped_plans(ctx) if self.world == ctx["world_size"] else {}
         self.batch = Batch(ctx["seq_length"], ctx["micro_batch_size"], ctx["global_batch_size"], ctx["precision"],
                            bool(ctx["moe_router_force_load_balancing"]), ctx["te_version"] is not None,
-                           bool(ctx["moe_grouped_gemm"]), optimizer_offload=float(ctx["optimizer_offload_fraction"]))
+                           bool(ctx["moe_grouped_gemm"]), optimizer_offload=float(ctx["optimizer_offload_fraction"]),
+                           fsdp=bool(ctx["use_megatron_fsdp"]), offload_modules=tuple(ctx["offload_modules"]))
         self.hw = dict(ctx.hw, nvlink_domain=ctx.hw["nvlink_domain"], gpus_per_node=ctx["gpus_per_node"])
         self.count = 0
         self._mem: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -690,7 +691,8 @@ def search(ctx: Context) -> SearchResult:
     """The verdict for this intent: from the plan cache (command line only) or a fresh search."""
     # the profile's values (hash included), not only its path: an edited profile must re-plan
     key = {"intent": ctx.intent, "cluster": ctx.hw.get("cluster"), "micro_batch_size": ctx["micro_batch_size"],
-           "optimizer_state": ctx["optimizer_state"], "optimizer_offload": ctx["optimizer_offload_fraction"]}
+           "optimizer_state": ctx["optimizer_state"], "optimizer_offload": ctx["optimizer_offload_fraction"],
+           "fsdp": ctx["use_megatron_fsdp"], "offload_modules": ctx["offload_modules"]}
     cached = plancache.get(key)
     if cached is not None:
         try:
@@ -911,6 +913,27 @@ def min_gpus_that_fit(ctx: Context, limit_gpus: int = 16384) -> int | None:
     return best
 
 
+def leaner_layouts(ctx: Context, model_parallel: int) -> set[Layout]:
+    """The layouts with less model parallelism (TP x PP x CP) than ``model_parallel`` that fit on this intent's
+    GPUs, with the knobs that need the least memory at the heaviest recompute rung (``min_gpus_that_fit``'s test)
+    and the context's memory levers as set. A few estimates, no search."""
+    sc = Scorer(ctx)
+    disp, overlap, delay_wgrad, graphs = _frugal_knob(_knobs(ctx))
+    rung = _rungs(ctx, overlap)[-1]
+    return {lay for lay in layouts_for(ctx, sc.world) if lay.tp * lay.pp * lay.cp < model_parallel
+            and sc.total_gib(Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, disp, overlap, delay_wgrad,
+                                       rung, graphs)) <= sc.limit}
+
+
+def layout_fits(ctx: Context, cand: Candidate) -> bool:
+    """Does ``cand``'s layout fit on this intent's GPUs with the knobs that need the least memory at the heaviest
+    recompute rung (with the context's memory levers as set)?"""
+    sc = Scorer(ctx)
+    disp, overlap, delay_wgrad, graphs = _frugal_knob(_knobs(ctx))
+    return sc.total_gib(replace(cand, dispatcher=disp, overlap=overlap, delay_wgrad=delay_wgrad, graphs=graphs,
+                                recompute=_rungs(ctx, overlap)[-1], num_sms=None)) <= sc.limit
+
+
 def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None, goal: str = "throughput") -> str:
     """One line: what makes ``loser`` worse than ``winner``; ``anchor``: the shipped recipe the search
     scored, against which a plan predicted faster than the winner fell short of its margin. Under goal fit or
@@ -931,7 +954,8 @@ def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None, goal: 
     term, delta = max(diff.items(), key=lambda kv: kv[1])
     names = {"compute": "compute", "a2a_exposed": "exposed all-to-all", "overlap_slowdown": "SMs lost to overlapped "
              "communication", "bubble": "pipeline bubble", "tp_cp": "TP/CP collectives", "host_bound": "host (CPU launch) time",
-             "pp_p2p": "pipeline sends", "dp_exposed": "exposed DP gradient/parameter traffic", "recompute": "recompute"}
+             "pp_p2p": "pipeline sends", "dp_exposed": "exposed DP gradient/parameter traffic", "recompute": "recompute",
+             "act_offload": "exposed activation offload traffic"}
     slower = loser.step - winner.step
     if anchor is not None and slower < 0:
         d = knob_distance(loser.cand, anchor.cand)
@@ -981,5 +1005,5 @@ def verdict(winner: Scored, ref: Scored | None, best: Scored | None) -> str:
 
 
 __all__ = ["SearchResult", "Scored", "Scorer", "anchors", "knob_distance", "layouts_for", "match_anchor",
-           "min_gpus_that_fit", "required_ratio", "runs_as_shipped", "search", "settings", "shipped_plans",
-           "why_lost"]
+           "layout_fits", "leaner_layouts", "min_gpus_that_fit", "required_ratio", "runs_as_shipped", "search",
+           "settings", "shipped_plans", "why_lost"]

@@ -136,6 +136,10 @@ def apply(plan: Plan, doc: Document) -> Plan:
     from mocompile.resolve import kubernetes, mounts
 
     plan.settings.update(decisions(plan.intent, doc))
+    if plan.get("use_megatron_fsdp") and plan.settings["ckpt_format"].source != "user":
+        plan.settings["ckpt_format"] = Decision(
+            "fsdp_dtensor", "derived", "Megatron-FSDP saves and resumes only fsdp_dtensor (Bridge's ConfigContainer."
+            "_validate_and_apply_megatron_fsdp_configs)")
     plan.settings["container_mounts"] = mounts.decision(plan)
     plan.settings["kubernetes_rdma"] = kubernetes.rdma_decision(plan)
     written = _written(doc.data, ("launch", "targets"))

@@ -227,6 +227,22 @@ CHECKS: dict[str, Check] = {
     and not c.get("optimizer_offload_fraction"),
     "OPT006": lambda c: c.get("optimizer_state", "fp32") != "fp32" and bool(c.get("optimizer_offload_fraction")),
     "OPT007": lambda c: c.get("optimizer", "adam") != "adam" and bool(c.get("optimizer_offload_fraction")),
+    # fine-grained activation offload (recompute.offload_modules)
+    "AOF001": lambda c: "attn_proj" in (c.get("offload_modules") or []) and "core_attn" not in (c.get("offload_modules") or []),
+    "AOF002": lambda c: c.get("recompute_granularity") == "selective" and "moe" in (c.get("recompute_modules") or [])
+    and bool({"moe_act", "expert_fc1"} & set(c.get("offload_modules") or [])),
+    "AOF003": lambda c: bool(c.get("offload_modules")) and c.get("te_version") is None,
+    "AOF004": lambda c: bool(c.get("offload_modules")) and c.get("te_version") is not None
+    and str((c.get("env") or {}).get("NVTE_CPU_OFFLOAD_V1", "1")) != "1",
+    "AOF005": lambda c: c.get("cuda_graph_impl") == "local"
+    and bool(set(c.get("offload_modules") or []) - {"expert_fc1", "moe_act"}),
+    # Megatron-FSDP (parallelism.fsdp)
+    "FSD001": lambda c: bool(c.get("use_megatron_fsdp")) and bool(c.get("overlap_moe_expert_parallel_comm"))
+    and (c.get("virtual_pipeline_model_parallel_size") or 1) > 1,
+    "FSD002": lambda c: bool(c.get("use_megatron_fsdp")) and str((c.get("env") or {}).get("CUDA_DEVICE_MAX_CONNECTIONS")) == "1",
+    "FSD004": lambda c: bool(c.get("use_megatron_fsdp")) and _ckpt_used(c) and c.get("ckpt_format") != "fsdp_dtensor",
+    "FSD003": lambda c: bool(c.get("use_megatron_fsdp")) and c.get("data_parallel_size") == 1
+    and c.get("expert_data_parallel_size") == 1,
     # Data, tokenizer, checkpoint and logging (issue 9). These read with .get: the resolver's
     # candidate trials run before these settings exist, and a missing one means "not configured".
     "TOK001": lambda c: (c.get("tokenizer_vocab_size") or 0) > c["vocab_size"],
@@ -239,7 +255,7 @@ CHECKS: dict[str, Check] = {
     "CKPT002": lambda c: bool(c.get("async_save")) and c.get("ckpt_format", "torch_dist") != "torch_dist",
     "CKPT003": lambda c: bool(c.get("async_save")) and not c.get("save"),
     "CKPT004": lambda c: bool(c.get("save")) and (c.get("save_interval") or 0) > c["train_iters"],
-    "CKPT005": lambda c: c.get("ckpt_format") == "fsdp_dtensor" and _ckpt_used(c),
+    "CKPT005": lambda c: c.get("ckpt_format") == "fsdp_dtensor" and _ckpt_used(c) and not c.get("use_megatron_fsdp"),
     "CKPT006": lambda c: c.get("ckpt_format") in ("torch", "torch_dcp") and _ckpt_used(c),
     "LOG001": lambda c: (c.get("log_interval") or 1) > c["train_iters"],
     "PROF001": lambda c: _profiling(c) and c["profile_step_end"] <= c["profile_step_start"],

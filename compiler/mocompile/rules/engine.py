@@ -74,6 +74,7 @@ def context(cfg: dict[str, Any]) -> dict[str, Any]:
         deepep_sizes=", ".join(map(str, DEEPEP_GROUP_SIZES)),
         nccl_algo=(cfg.get("env") or {}).get("NCCL_ALGO"),
         nvte_nondeterministic=(cfg.get("env") or {}).get("NVTE_ALLOW_NONDETERMINISTIC_ALGO"),
+        nvte_cpu_offload=(cfg.get("env") or {}).get("NVTE_CPU_OFFLOAD_V1"),
         hybridep_ranks=cfg.get("hybridep_ranks_per_domain"),
         stages=pp * vpp,
         layers_per_rank=cfg.get("num_layers", 0) // max(1, pp),

@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
+# mocompile: source recipes/bench/bench-te-tiny-real-det.yaml (mocompile 0.1.0)
+# mocompile: checksum sha256:62f052dad030414d input sha256:f8da35af9dc5ef3b
+# bench-te-tiny-real-det: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
+#   RUN001 the Python interpreter or torch is missing or too old
+#   RUN002 Transformer Engine is missing or too old for this plan
+#   RUN003 the dispatcher's package (deep_ep) does not import
+#   RUN015 a DeepEP extension carries its own libstdc++ (it would crash at its first ostream use)
+#   RUN004 a required environment variable is missing or wrong in the job environment
+#   RUN005 HybridEP compiles its kernels at first use: CUDA_HOME must hold bin/nvcc
+#   RUN006 a dataset prefix lacks its .bin or .idx file (or cannot be read)
+#   RUN007 the tokenizer does not load offline, or has more tokens than the model's vocab_size
+#   RUN008 a directory the job writes (checkpoints, index cache, TensorBoard) is not writable
+#   RUN009 the resume point: found (iteration) or not (starts at 0); a missing pretrained checkpoint fails
+#   RUN010 a logging backend's package (tensorboard, wandb) does not import
+set -euo pipefail
+PYTHON="${PYTHON:-python3}"
+
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+  echo "preflight: RUN001 python interpreter '$PYTHON' not found (set PYTHON=...)" >&2
+  exit 1
+fi
+
+"$PYTHON" - <<'PREFLIGHT'
+import os
+import sys
+
+REQUIRED_ENV = {'CUDA_DEVICE_MAX_CONNECTIONS': '8'}
+TORCH_MIN = '2.6.0'
+TE_MIN = '1.7.0'
+DISPATCH_IMPORT = None
+NEEDS_NVCC = False
+NEEDS_APEX = False
+RANK_PROBE = bool(os.environ.get("MOCOMPILE_RANK_PROBE"))
+if RANK_PROBE:  # rankprobe.sh runs the alltoall dispatcher in place of DeepEP/HybridEP (PRB002): neither is needed
+    DISPATCH_IMPORT, NEEDS_NVCC = None, False
+
+
+def version(text):
+    parts = []
+    for piece in text.split("+")[0].split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts + [0] * (3 - len(parts)))
+
+
+failures = []
+try:
+    import torch
+    if version(torch.__version__) < version(TORCH_MIN):
+        failures.append(f"RUN001 torch {torch.__version__} < {TORCH_MIN}")
+except ImportError as exc:
+    failures.append(f"RUN001 torch does not import: {exc}")
+if TE_MIN is not None:
+    try:
+        import transformer_engine
+        te_version = getattr(transformer_engine, "__version__", "0")
+        if version(te_version) < version(TE_MIN):
+            failures.append(f"RUN002 Transformer Engine {te_version} < {TE_MIN}")
+    except ImportError as exc:
+        failures.append(f"RUN002 Transformer Engine does not import: {exc}")
+if DISPATCH_IMPORT is not None:
+    module, name = DISPATCH_IMPORT
+    try:
+        getattr(__import__(module, fromlist=[name]), name)
+    except (ImportError, AttributeError) as exc:
+        failures.append(f"RUN003 {module}.{name} does not import ({exc}); build DeepEP's hybrid-ep branch")
+    # RUN015: a DeepEP extension that carries its own copy of libstdc++ (linked statically by a compiler wrapper)
+    # crashes at its first ostream use (HybridEP's get_comm_id): its .dynstr names std:: symbols but its
+    # DT_NEEDED entries lack libstdc++.so.6. Read from the ELF file itself: nodes may have no binutils.
+    import importlib.util
+    import struct
+
+    def elf_needed_and_strings(path):
+        with open(path, "rb") as fh:
+            data = fh.read()
+        if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:  # 64-bit little-endian only
+            return None, b""
+        shoff, = struct.unpack_from("<Q", data, 0x28)
+        shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+        sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+        for _name, sh_type, _f, _a, off, size, link, _i, _al, _es in sections:
+            if sh_type == 6:  # SHT_DYNAMIC; its sh_link is the string table it uses (.dynstr)
+                strtab = data[sections[link][4]:sections[link][4] + sections[link][5]]
+                needed = []
+                for k in range(0, size, 16):
+                    tag, val = struct.unpack_from("<qQ", data, off + k)
+                    if tag == 0:
+                        break
+                    if tag == 1:  # DT_NEEDED
+                        needed.append(strtab[val:strtab.index(b"\0", val)].decode(errors="replace"))
+                return needed, strtab
+        return [], b""
+
+    for ext in ("deep_ep_cpp", "hybrid_ep_cpp"):
+        try:
+            spec = importlib.util.find_spec(ext)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+            continue
+        try:
+            needed, strings = elf_needed_and_strings(spec.origin)
+        except (OSError, struct.error, ValueError, IndexError):
+            continue
+        if needed is not None and "libstdc++.so.6" not in needed and strings.count(b"_ZNSt") > 50:
+            failures.append(f"RUN015 {spec.origin} carries its own libstdc++ (it names {strings.count(b'_ZNSt')} std:: "
+                            "symbols but does not load libstdc++.so.6): its first ostream use crashes "
+                            "(HybridEP's get_comm_id); rebuild DeepEP with CC=/usr/bin/gcc CXX=/usr/bin/g++, not a "
+                            "compiler wrapper that links libstdc++ statically")
+if NEEDS_NVCC:
+    cuda_home = os.environ.get("CUDA_HOME", "")
+    if not cuda_home or not os.access(os.path.join(cuda_home, "bin", "nvcc"), os.X_OK):
+        failures.append(f"RUN005 CUDA_HOME={cuda_home!r} has no bin/nvcc; HybridEP JIT-compiles its kernels at first use")
+if NEEDS_APEX:
+    try:
+        import fused_weight_gradient_mlp_cuda  # noqa: F401
+    except ImportError as exc:
+        failures.append(f"RUN011 gradient_accumulation_fusion is on and Apex's fused_weight_gradient_mlp_cuda does not "
+                        f"import ({exc}): Megatron-Core's output layer raises at model build; install Apex with "
+                        f"--cuda_ext, or set versions.apex: none")
+DATA_PREFIXES = ['build/tiny-corpus/text_document']
+TOKENIZER = {'path': 'build/tiny-corpus/tokenizer', 'model_vocab': 32000}
+WRITABLE = [('build/bench-te-tiny-real-det/checkpoints', 'checkpoint.save'), ('build/bench-te-tiny-real-det/index-cache', 'training.data.cache'), ('build/bench-te-tiny-real-det/tensorboard', 'logging.tensorboard')]
+LOAD_DIR = 'build/bench-te-tiny-real-det/checkpoints'
+PRETRAINED = None
+LOG_PACKAGES = [('tensorboard', 'logging.tensorboard')]
+for prefix in DATA_PREFIXES:
+    for ext in (".bin", ".idx"):
+        if not os.access(prefix + ext, os.R_OK) or not os.path.isfile(prefix + ext):
+            failures.append(f"RUN006 dataset file {prefix + ext!r} is missing or unreadable (training.data.blend)")
+if TOKENIZER is not None:
+    os.environ["HF_HUB_OFFLINE"] = os.environ["TRANSFORMERS_OFFLINE"] = "1"  # this check only: what the nodes hold
+    try:
+        from transformers import AutoTokenizer
+        n_tokens = len(AutoTokenizer.from_pretrained(TOKENIZER["path"], use_fast=True, trust_remote_code=False))
+        if n_tokens > TOKENIZER["model_vocab"]:
+            failures.append(f"RUN007 tokenizer {TOKENIZER['path']!r} has {n_tokens} tokens, the model's vocab_size is "
+                            f"{TOKENIZER['model_vocab']}")
+        else:
+            print(f"preflight: tokenizer {TOKENIZER['path']!r}: {n_tokens} tokens (model vocab {TOKENIZER['model_vocab']})")
+    except Exception as exc:  # any failure to load is the finding
+        failures.append(f"RUN007 tokenizer {TOKENIZER['path']!r} does not load offline: {type(exc).__name__}: {exc}")
+for directory, key in WRITABLE:
+    probe = os.path.join(directory, f".mocompile-preflight-{os.uname().nodename}-{os.getpid()}")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with open(probe, "w", encoding="utf-8") as fh:
+            fh.write("ok\n")
+        os.remove(probe)
+    except OSError as exc:
+        failures.append(f"RUN008 {key} directory {directory!r} is not writable: {exc}")
+if LOAD_DIR is not None:
+    tracker = os.path.join(LOAD_DIR, "latest_checkpointed_iteration.txt")
+    if os.path.isfile(tracker):
+        with open(tracker, encoding="utf-8") as fh:
+            print(f"preflight: RUN009 resume from iteration {fh.read().strip()} in {LOAD_DIR!r}")
+    elif os.path.isfile(os.path.join(LOAD_DIR, "latest_train_state.pt")):
+        print(f"preflight: RUN009 resume from the latest checkpoint in {LOAD_DIR!r}")
+    else:
+        print(f"preflight: RUN009 no checkpoint in {LOAD_DIR!r}: training starts at iteration 0")
+if PRETRAINED is not None and not os.path.exists(PRETRAINED):
+    failures.append(f"RUN009 pretrained checkpoint {PRETRAINED!r} does not exist (checkpoint.pretrained)")
+for module, key in LOG_PACKAGES:
+    try:
+        __import__(module)
+    except ImportError as exc:
+        failures.append(f"RUN010 {key} needs the {module} package: {exc}")
+for key, want in REQUIRED_ENV.items():
+    have = os.environ.get(key)
+    if have != want:
+        failures.append(f"RUN004 {key}={have!r} in the job environment, plan needs {want!r}")
+for failure in failures:
+    print(f"preflight: {failure}", file=sys.stderr)
+if failures:
+    sys.exit(1)
+print("preflight: ok")
+PREFLIGHT

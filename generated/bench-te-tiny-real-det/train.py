@@ -1,0 +1,515 @@
+# mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
+# mocompile: source recipes/bench/bench-te-tiny-real-det.yaml (mocompile 0.1.0)
+# mocompile: checksum sha256:d09e210648d6cef6 input sha256:f8da35af9dc5ef3b
+"""bench-te-tiny-real-det: Megatron-Bridge pretraining recipe compiled by mocompile.
+
+tiny-moe (test MoE, 2x H100, no Transformer Engine) on 1x NVIDIA H100 80GB HBM3, goal throughput.
+Each non-default line names the decision or rule behind it; run
+`mocompile explain recipes/bench/bench-te-tiny-real-det.yaml` for the full reasoning. Launch with torchrun.sh or
+slurm.sbatch beside this file; `build_config()` imports without training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import torch.nn.functional as F
+from megatron.bridge.models.gpt_provider import GPTModelProvider, default_layer_spec
+from megatron.bridge.training.comm_overlap import CommOverlapConfig
+from megatron.bridge.training.config import (
+    CheckpointConfig,
+    ConfigContainer,
+    DistributedDataParallelConfig,
+    GPTDatasetConfig,
+    LoggerConfig,
+    OptimizerConfig,
+    RNGConfig,
+    SchedulerConfig,
+    TokenizerConfig,
+    TrainingConfig,
+    ValidationConfig,
+)
+from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+
+# Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
+# (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
+PLANNED = {'seq_length': 1024, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 1, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_token_dispatcher_type': 'alltoall', 'moe_flex_dispatcher_backend': None, 'moe_flex_dispatcher_num_sms': None, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': True, 'cross_entropy_loss_fusion': False, 'cross_entropy_fusion_impl': 'native', 'moe_permute_fusion': True, 'deterministic_mode': True, 'fine_grained_activation_offloading': False, 'offload_modules': [], 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None}
+
+# The launch environment this plan was compiled for (launchers export the same block).
+ENV_VARS = {'CUBLAS_WORKSPACE_CONFIG': ':4096:8', 'CUDA_DEVICE_MAX_CONNECTIONS': '8', 'NCCL_ALGO': 'Ring', 'NCCL_NVLS_ENABLE': '0', 'NVTE_ALLOW_NONDETERMINISTIC_ALGO': '0', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'}
+
+# MOCOMPILE_RANK_PROBE (rankprobe.sh, `mocompile rankprobe`): the rank this plan's memory estimate calls most loaded,
+# what the probe runs instead of what a fake process group cannot run, and the estimates it is compared with.
+RANK_PROBE = {'world_size': 1, 'rank': 0, 'stage': 0, 'stages': 1, 'rank_why': 'no pipeline: every rank holds the whole stack, the embedding, the output layer and the loss', 'iterations': 6, 'microbatches': {'plan': 8, 'probe': 2}, 'global_batch_size': 4, 'model': {'moe_router_force_load_balancing': True}, 'substitutions': [{'field': 'moe_router_force_load_balancing', 'plan': False, 'probe': True, 'rule': 'PRB003', 'why': "the tokens a rank's experts receive depend on every other rank's routing, which a fake group does not run: routing is forced to balance (random router logits), so each expert gets its mean share; the estimate's natural-routing imbalance is not measured"}, {'field': 'global_batch_size', 'plan': 16, 'probe': 4, 'rule': 'PRB004', 'why': "2 of the plan's 8 micro-batches per iteration (the pipeline's warm-up, and so the peak, is the plan's); compute times are scaled by 8/2 to compare with the step-time model"}], 'estimate': {'plan': {'estimate_gib': 9.11, 'total_gib': 9.61, 'weights_and_optimizer_gib': 7.29, 'activations_gib': 0.54, 'logits_gib': 0.46, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.16, 'optimizer_step_gib': 0.66, 'params_per_gpu_m': 489.3, 'in_flight_microbatches': 1}, 'probe': {'estimate_gib': 9.11, 'total_gib': 9.61, 'weights_and_optimizer_gib': 7.29, 'activations_gib': 0.49, 'logits_gib': 0.46, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.16, 'optimizer_step_gib': 0.71, 'params_per_gpu_m': 489.3, 'in_flight_microbatches': 1}, 'difference_gib': {'allocated': 0.0, 'total': 0.0}}, 'model_compute_s': {'plan': 0.084, 'probe': 0.021}}
+
+
+def _model() -> GPTModelProvider:
+    """A GPTModelProvider built from the architecture numbers (no checkpoint or HF download)."""
+    return GPTModelProvider(
+        transformer_layer_spec=default_layer_spec,
+        activation_func=F.silu,  # SwiGLU experts
+        num_layers=8,  # model
+        hidden_size=1024,  # model
+        ffn_hidden_size=4096,  # model
+        num_attention_heads=16,  # model
+        num_query_groups=4,  # model
+        kv_channels=64,  # model
+        num_moe_experts=16,  # model
+        moe_router_topk=2,  # model
+        moe_ffn_hidden_size=1024,  # model
+        moe_shared_expert_intermediate_size=None,  # model
+        moe_layer_freq=1,  # 0 leading dense layer(s)
+        vocab_size=32000,  # model
+        seq_length=1024,  # training.seq_length
+        normalization='RMSNorm',  # model
+        gated_linear_unit=True,  # model
+        position_embedding_type='rope',  # model
+        rotary_base=1000000,  # model
+        add_bias_linear=False,  # model
+        qk_layernorm=True,  # model
+        share_embeddings_and_output_weights=False,  # untied embeddings
+        moe_router_load_balancing_type='aux_loss',  # router
+        moe_aux_loss_coeff=0.001,  # router
+        moe_router_dtype='fp32',  # fp32 routing for many experts
+        attention_dropout=0.0,  # pretraining
+        hidden_dropout=0.0,  # pretraining
+        make_vocab_size_divisible_by=128,  # vocab padding
+        gradient_accumulation_fusion=False,  # no Apex (versions.apex: none): the output layer's fused wgrad needs apex fused_weight_gradient_mlp_cuda
+    )
+
+
+def build_config() -> ConfigContainer:
+    """Build the ConfigContainer for this plan (importable without starting training)."""
+    # Distributed Adam with cosine decay, built directly: Bridge's recipe helpers import every
+    # model family (and so optional packages such as diffusers) on first use.
+    optimizer = OptimizerConfig(
+        optimizer="adam", lr=0.0003, min_lr=3e-05, weight_decay=0.1,
+        bf16=True, fp16=False, adam_beta1=0.9, adam_beta2=0.95,
+        adam_eps=1e-8, use_distributed_optimizer=True, clip_grad=1.0,
+    )
+    scheduler = SchedulerConfig(
+        start_weight_decay=0.033, end_weight_decay=0.033, weight_decay_incr_style="constant",
+        lr_decay_style="cosine", lr_warmup_iters=4, lr_warmup_init=0.0,
+        lr_decay_iters=None, override_opt_param_scheduler=True,
+    )
+    train = TrainingConfig(
+        train_iters=40,
+        global_batch_size=16,
+        micro_batch_size=2,
+        manual_gc=True,  # goal: Bridge perf_recipes/_common.py::_benchmark_common: Python GC only every 100 steps, never inside a step (the GC pauses it removes are a cause of step-time jitter)
+        manual_gc_interval=100,  # goal: Bridge perf_recipes/_common.py::_benchmark_common
+        exit_signal_handler=True,  # on SIGTERM (preemption, scancel, time limit) save a checkpoint, then stop
+    )
+    # Megatron indexed datasets (.bin/.idx per prefix); Bridge builds GPTDataset from this config.
+    dataset = GPTDatasetConfig(
+        seq_length=1024,
+        random_seed=1234,
+        blend=(['build/tiny-corpus/text_document'], None),  # user: set in the recipe
+        split='98,2,0',  # user: set in the recipe
+        path_to_cache='build/bench-te-tiny-real-det/index-cache',  # user: set in the recipe
+        dataloader_type="single",
+        num_dataset_builder_threads=1,
+        reset_attention_mask=False,
+        reset_position_ids=False,
+        eod_mask_loss=False,
+    )
+    # The model keeps its own vocab_size; Bridge stops if the tokenizer has more tokens (TOK001).
+    tokenizer = TokenizerConfig(
+        tokenizer_type='HuggingFaceTokenizer',  # user: set in the recipe
+        tokenizer_model='build/tiny-corpus/tokenizer',  # user: set in the recipe
+    )
+    logger = LoggerConfig(
+        log_interval=1,  # user: set in the recipe
+        tensorboard_dir='build/bench-te-tiny-real-det/tensorboard',  # user: set in the recipe
+    )
+    checkpoint = CheckpointConfig(
+        save='build/bench-te-tiny-real-det/checkpoints',  # user: set in the recipe
+        load='build/bench-te-tiny-real-det/checkpoints',  # user: set in the recipe
+        save_interval=20,  # user: set in the recipe
+        ckpt_format='torch_dist',  # user: set in the recipe
+        async_save=False,  # default: synchronous saves
+    )
+    cfg = ConfigContainer(model=_model(), train=train, optimizer=optimizer, scheduler=scheduler, dataset=dataset,
+                          logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
+    model = cfg.model
+    model.seq_length = 1024  # training.seq_length
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.28 s/step, 40 TFLOPS/GPU, 9.6 GiB (of 26 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.276 s/step: the fastest plan found (TP1 PP1 EP1, alltoall, overlap off, recompute none, graphs te_rp) is predicted 0.261 s/step, 5.4% faster, inside the model's 16% error for a plan 1 knob away
+    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 1  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.moe_token_dispatcher_type = 'alltoall'  # user: pinned in the recipe
+    model.moe_flex_dispatcher_backend = None  # user: pinned in the recipe
+    model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
+    model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
+    model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
+    model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 9.6 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 9.6 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 9.6 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 9.6 GiB <= 74 GiB usable
+    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.use_te_rng_tracker = False  # derived: no graphs
+    model.mtp_num_layers = None  # model: model catalogue (tiny-moe)
+    model.apply_rope_fusion = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: fused RoPE (TE >= 1.4)
+    model.cross_entropy_loss_fusion = False  # goal: training.deterministic: Bridge refuses cross-entropy fusion in deterministic mode (training/config.py ConfigContainer._validate_and_apply_deterministic_mode)
+    model.cross_entropy_fusion_impl = 'native'  # goal: Megatron's default
+    model.moe_permute_fusion = True  # goal: perf recipes fuse token permutation (TE >= 2.1; the unfused permute is part of why the published alltoall run without it took 41.25 s vs 24.71 s for HybridEP)
+    model.deterministic_mode = True  # user: pinned in the recipe
+    model.fine_grained_activation_offloading = False  # derived: no module offloaded
+    model.offload_modules = []  # default: auto: activations stay on the GPU unless no plan fits
+    model.cuda_graph_scope = None  # deprecated alias of cuda_graph_modules; both set raises
+    model.moe_deepep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms
+    model.moe_hybridep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms
+    model.account_for_embedding_in_pipeline_split = False  # pipeline split comes from the plan (layout or even split)
+    model.account_for_loss_in_pipeline_split = False  # pipeline split comes from the plan (layout or even split)
+    model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
+    model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
+    cfg.comm_overlap = CommOverlapConfig(
+        tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
+        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size); overlap on: illegal or does not fit
+        delay_wgrad_compute=False,  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+        overlap_p2p_comm=False,  # derived: no interleaved pipeline
+        batch_p2p_comm=False,  # derived: not needed
+        overlap_grad_reduce=False,  # derived: no data parallelism
+        overlap_param_gather=False,  # derived: follows overlap_grad_reduce
+    )
+    cfg.ddp = DistributedDataParallelConfig(
+        check_for_nan_in_grad=True,
+        grad_reduce_in_fp32=False,  # goal: Bridge perf_recipes/_common.py::_benchmark_common: gradients reduced in BF16 (half the DP traffic)
+        use_distributed_optimizer=True,
+        overlap_grad_reduce=False,
+        overlap_param_gather=False,
+    )
+    cfg.validation = ValidationConfig(eval_iters=2, eval_interval=20)  # user: set in the recipe
+    cfg.rng = RNGConfig(seed=1234, te_rng_tracker=False)
+    cfg.mixed_precision = get_mixed_precision_config('bf16_mixed')
+    # the precision config writes this into the DDP config at setup: set it here, not only above
+    cfg.mixed_precision.grad_reduce_in_fp32 = False
+    cfg.env_vars = dict(ENV_VARS)
+    check_plan(cfg)
+    return cfg
+
+
+def check_plan(cfg: ConfigContainer) -> None:
+    """Stop if Bridge's helpers changed a field the plan decided (e.g. a silent fallback)."""
+    changed = {k: (getattr(cfg.model, k, None), v) for k, v in PLANNED.items() if getattr(cfg.model, k, None) != v}
+    if changed:
+        detail = ", ".join(f"{k}={have!r} (plan: {want!r})" for k, (have, want) in sorted(changed.items()))
+        raise SystemExit(f"mocompile: the built config differs from the compiled plan: {detail}")
+
+
+def step_metrics_callback(path: str):
+    """A Bridge callback writing one JSON line per step to ``path`` on rank 0: time, loss, peak memory."""
+    import torch
+    from megatron.bridge.training.callbacks import Callback
+
+    class StepMetrics(Callback):
+        def __init__(self) -> None:
+            self.start = 0.0
+
+        def on_train_step_start(self, context) -> None:
+            torch.cuda.synchronize()
+            self.start = time.perf_counter()
+
+        def on_train_step_end(self, context) -> None:
+            torch.cuda.synchronize()
+            if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
+                return
+            losses = {k: float(v) for k, v in (context.loss_dict or {}).items() if hasattr(v, "__float__")}
+            row = {
+                "iteration": int(context.state.train_state.step) + 1,  # Bridge increments after this hook
+                "step_ms": (time.perf_counter() - self.start) * 1000.0,
+                "loss": losses.get("lm loss"),
+                "max_memory_allocated": torch.cuda.max_memory_allocated(),
+                "max_memory_reserved": torch.cuda.max_memory_reserved(),
+            }
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(row) + "\n")
+
+    return StepMetrics()
+
+
+def probe_kernels(path: str) -> None:
+    """MOCOMPILE_PROBE_KERNELS=<file>: measure instead of training (`mocompile probe` runs this through the
+    launcher). BF16 GEMMs at this plan's shapes, the host's launch time for a tiny kernel, and NCCL
+    all-to-all over the ranks of each node and, across nodes, over all ranks; rank 0 writes one JSON object."""
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    dev = torch.device("cuda", local)
+
+    def timed(fn, reps: int, warm: int) -> float:
+        for _ in range(warm):
+            fn()
+        torch.cuda.synchronize()
+        marks = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+        for start, end in marks:
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        return statistics.median(start.elapsed_time(end) for start, end in marks) * 1e3  # microseconds
+
+    gemm = []
+    for what, m, n, k in [('reference', 8192, 8192, 8192), ('attention qkv', 2048, 1536, 1024), ('expert fc1', 256, 2048, 1024), ('expert fc2', 256, 1024, 1024)]:
+        a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+        b = torch.randn(k, n, device=dev, dtype=torch.bfloat16)
+        us = timed(lambda: a @ b, reps=20, warm=5)
+        gemm.append({"what": what, "m": m, "n": n, "k": k, "us": us, "tflops": 2.0 * m * n * k / us / 1e6})
+        del a, b
+    x = torch.zeros(16, device=dev)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(2000):
+        x.add_(1.0)
+    launch_us = (time.perf_counter() - t0) / 2000 * 1e6
+    torch.cuda.synchronize()
+
+    def all_to_all(group, ranks: int) -> list:
+        points = []
+        for size in [65536, 262144, 1048576, 4194304, 16777216, 67108864, 268435456]:
+            send = torch.ones(size // 2, device=dev, dtype=torch.bfloat16)
+            recv = torch.empty_like(send)
+            dist.barrier()
+            us = timed(lambda: dist.all_to_all_single(recv, send, group=group), reps=10, warm=3)
+            slowest = torch.tensor([us], device=dev)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            points.append({"bytes": size, "us": float(slowest.item())})
+        return points
+
+    intra = None
+    nodes = world // per_node
+    groups = [dist.new_group(list(range(i * per_node, (i + 1) * per_node))) for i in range(nodes)]
+    if per_node > 1:
+        intra = all_to_all(groups[rank // per_node], per_node)
+    inter = all_to_all(None, world) if nodes > 1 else None
+    if rank == 0:
+        out = {"device_name": torch.cuda.get_device_name(dev), "world": world, "per_node": per_node,
+               "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+               "gemm": gemm, "launch_us": launch_us, "all_to_all": {"nccl_intra_node": intra, "nccl_world": inter}}
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(out) + "\n")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _simulate_collectives() -> None:
+    """torch's fake process group skips every collective and leaves its outputs as allocated, uninitialised
+    (NVIDIA/Megatron-LM#3025): the alltoall dispatcher would size its buffers from garbage token counts. Fill the
+    outputs as if every rank held this rank's data (uniform ranks): an all-gather repeats the input, a reduce-scatter
+    keeps this rank's chunk, an all-to-all returns what was sent, a receive gets small random activations. The
+    fills copy into the outputs Megatron allocated: no memory beyond the real job's."""
+    import sys
+
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    def _flat(t):
+        return t.view(-1) if t.is_contiguous() else None
+
+    def _overlaps(a, b) -> bool:
+        return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+    @torch.no_grad()
+    def _repeat(out, inp) -> None:  # out <- inp, inp, ... (as much as fits)
+        o, i = _flat(out), _flat(inp)
+        if o is None or i is None or o.numel() == 0 or _overlaps(out, inp):
+            return
+        if i.numel() == 0:
+            o.zero_()
+            return
+        for start in range(0, o.numel(), i.numel()):
+            n = min(i.numel(), o.numel() - start)
+            o[start:start + n].copy_(i[:n])
+
+    def all_gather_into_tensor(output_tensor, input_tensor, *args, **kwargs):
+        return _repeat(output_tensor, input_tensor)
+
+    def all_gather(tensor_list, tensor, *args, **kwargs):
+        for t in tensor_list:
+            _repeat(t, tensor)
+
+    def reduce_scatter_tensor(output, input, *args, **kwargs):
+        group = kwargs.get("group", args[1] if len(args) > 1 else None)
+        i = _flat(input)
+        if i is not None and not _overlaps(output, input) and i.numel() >= output.numel() * dist.get_world_size(group):
+            r = dist.get_rank(group)
+            _repeat(output, i[r * output.numel():(r + 1) * output.numel()])
+
+    def all_to_all_single(output, input, *args, **kwargs):
+        _repeat(output, input)
+
+    def all_to_all(output_tensor_list, input_tensor_list, *args, **kwargs):
+        for o, i in zip(output_tensor_list, input_tensor_list):
+            _repeat(o, i)
+
+    @torch.no_grad()
+    def _recv(tensor, *args, **kwargs):
+        if tensor.is_floating_point():
+            tensor.normal_(0.0, 0.02)
+        else:
+            tensor.zero_()
+
+    fills = {"all_gather_into_tensor": all_gather_into_tensor, "_all_gather_base": all_gather_into_tensor,
+             "all_gather": all_gather, "reduce_scatter_tensor": reduce_scatter_tensor,
+             "_reduce_scatter_base": reduce_scatter_tensor, "all_to_all_single": all_to_all_single,
+             "all_to_all": all_to_all, "irecv": _recv, "recv": _recv}
+    swap = {}
+    for name, fill in fills.items():
+        real = getattr(c10d, name, None)
+        if real is None:
+            continue
+
+        def wrapper(*args, _real=real, _fill=fill, **kwargs):
+            work = _real(*args, **kwargs)
+            _fill(*args, **kwargs)
+            return work
+
+        wrapper.__name__ = wrapper.__qualname__ = name
+        swap[id(real)] = wrapper
+        setattr(c10d, name, wrapper)
+        setattr(dist, name, wrapper)
+    # modules that bound a collective at import (Megatron's `dist_all_gather_func = torch.distributed....`)
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "__name__", "").startswith(("megatron", "transformer_engine")):
+            for attr, value in list(vars(mod).items()):
+                if callable(value) and id(value) in swap:
+                    setattr(mod, attr, swap[id(value)])
+
+
+def rank_probe(path: str) -> None:
+    """MOCOMPILE_RANK_PROBE=<file> (rankprobe.sh, `mocompile rankprobe`): one rank of this plan, at its full size, on
+    this process's one GPU under torch's fake process group (Megatron-LM's --fake-process-group: collectives skipped,
+    RANK and WORLD_SIZE the target's). The rank builds its real model shard and optimizer state and runs real forward
+    and backward passes on its share of the batch; every step's time and peak memory go to ``path`` (JSON), beside
+    the memory estimate. MOCOMPILE_RANK_PROBE_RANK picks another rank, MOCOMPILE_RANK_PROBE_ITERS the iterations."""
+    import torch
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    spec = RANK_PROBE
+    world = int(spec["world_size"])
+    try:
+        rank = int(os.environ.get("MOCOMPILE_RANK_PROBE_RANK") or spec["rank"])
+        iters = int(os.environ.get("MOCOMPILE_RANK_PROBE_ITERS") or spec["iterations"])
+    except ValueError as exc:
+        raise SystemExit(f"mocompile: rank probe: {exc}") from None
+    if not 0 <= rank < world or iters < 1:
+        raise SystemExit(f"mocompile: rank probe: rank {rank} is not one of this plan's {world} or {iters} iterations < 1")
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+    torch.cuda.set_device(0)
+    gpu_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+    result = {"spec": spec, "rank": rank, "world_size": world, "device_name": torch.cuda.get_device_name(0),
+              "gpu_memory_gib": round(gpu_gib, 2), "torch": torch.__version__, "replaced_at_run_time": [],
+              "iterations": [], "max_memory_allocated": 0, "max_memory_reserved": 0, "error": None}
+
+    def write() -> None:
+        result["max_memory_allocated"] = torch.cuda.max_memory_allocated()
+        result["max_memory_reserved"] = torch.cuda.max_memory_reserved()
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(result) + "\n")
+
+    if spec["estimate"]["probe"]["estimate_gib"] > gpu_gib and os.environ.get("MOCOMPILE_RANK_PROBE_FORCE") != "1":
+        result["error"] = (f"PRB001 the estimated peak of rank {rank}, {spec['estimate']['probe']['estimate_gib']} GiB, "
+                           f"exceeds this GPU's {gpu_gib:.1f} GiB (MOCOMPILE_RANK_PROBE_FORCE=1 runs it anyway)")
+        write()
+        raise SystemExit(f"mocompile: {result['error']}")
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+    from megatron.bridge.training.callbacks import Callback
+    from megatron.bridge.training.gpt_step import forward_step
+    from megatron.bridge.training.pretrain import pretrain
+
+    _simulate_collectives()
+    cfg = build_config()
+    for field, value in spec["model"].items():
+        setattr(cfg.model, field, value)
+    if getattr(cfg.comm_overlap, "tp_comm_overlap", False):
+        cfg.comm_overlap.tp_comm_overlap = False
+        result["replaced_at_run_time"].append({"rule": "PRB005", "field": "comm_overlap.tp_comm_overlap",
+                                               "plan": True, "probe": False})
+    cfg.train.global_batch_size = spec["global_batch_size"]
+    cfg.train.train_iters = iters
+    cfg.scheduler.lr_warmup_iters = 0
+    cfg.scheduler.lr_decay_iters = iters
+    cfg.validation.eval_interval = None
+    cfg.validation.eval_iters = 0
+    cfg.checkpoint.save = None  # the probe never reads or writes checkpoints, logs or traces
+    cfg.checkpoint.load = None
+    cfg.checkpoint.pretrained_checkpoint = None
+    cfg.logger.tensorboard_dir = None
+    cfg.logger.wandb_project = None
+    cfg.profiling = None
+    cfg.dist.distributed_backend = "fake"
+    cfg.dist.use_gloo_process_groups = False  # as Megatron-LM's --fake-process-group
+    cfg.ddp.check_for_nan_in_grad = False
+    cfg.rerun_state_machine.check_for_nan_in_loss = False
+
+    class StepProbe(Callback):
+        def __init__(self) -> None:
+            self.start = 0.0
+
+        def on_train_start(self, context) -> None:
+            torch.cuda.synchronize()
+            result["before_first_step"] = {"allocated": torch.cuda.memory_allocated(),
+                                           "max_allocated": torch.cuda.max_memory_allocated()}
+            write()
+
+        def on_train_step_start(self, context) -> None:
+            torch.cuda.synchronize()
+            self.start = time.perf_counter()
+
+        def on_train_step_end(self, context) -> None:
+            torch.cuda.synchronize()
+            losses = {k: float(v) for k, v in (context.loss_dict or {}).items() if hasattr(v, "__float__")}
+            result["iterations"].append({
+                "iteration": int(context.state.train_state.step) + 1,
+                "step_ms": (time.perf_counter() - self.start) * 1000.0, "loss": losses.get("lm loss"),
+                "max_memory_allocated": torch.cuda.max_memory_allocated(),
+                "max_memory_reserved": torch.cuda.max_memory_reserved()})
+            write()
+
+    try:
+        pretrain(config=cfg, forward_step_func=forward_step, callbacks=[StepProbe()])
+    except torch.cuda.OutOfMemoryError as exc:
+        result["error"] = f"out of memory: {str(exc).splitlines()[0]}"
+        write()
+        raise SystemExit(f"mocompile: rank probe: {result['error']}") from None
+    write()
+
+
+def main() -> None:
+    probe = os.environ.get("MOCOMPILE_PROBE_KERNELS")
+    if probe:
+        probe_kernels(probe)
+        return
+    rank = os.environ.get("MOCOMPILE_RANK_PROBE")
+    if rank:
+        rank_probe(rank)
+        return
+    # Training-only imports stay here so that build_config() imports on any machine.
+    from megatron.bridge.training.gpt_step import forward_step
+    from megatron.bridge.training.pretrain import pretrain
+
+    cfg = build_config()
+    metrics = os.environ.get("MOCOMPILE_METRICS")
+    pretrain(config=cfg, forward_step_func=forward_step,
+             callbacks=[step_metrics_callback(metrics)] if metrics else None)
+
+
+if __name__ == "__main__":
+    main()
