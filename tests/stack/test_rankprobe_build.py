@@ -76,15 +76,7 @@ CHILD = textwrap.dedent(r'''
     print("RESULT " + json.dumps(out))
 ''')
 
-INTENT = """schema: 1
-model: tiny-moe
-hardware: {gpu: h100, nodes: 2, gpus_per_node: 8}
-goal: throughput
-training: {seq_length: 2048, global_batch_size: 64, micro_batch_size: 1, train_iters: 10}
-parallelism: {tp: 1, pp: 2, ep: 8, etp: 1, cp: 1}
-moe: {dispatcher: deepep}
-versions: {transformer_engine: none}
-"""
+from test_rankprobe import TINY16 as INTENT  # noqa: E402  (the CPU tests' 16-GPU, 2-stage plan)
 
 
 @pytest.fixture(scope="module")
