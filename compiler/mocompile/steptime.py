@@ -388,7 +388,9 @@ class StepModel:
             # per-tensor scaling (current or delayed: an amax pass before each cast) measured on H100; MXFP8 and
             # blockwise scales are fitted
             per_tensor = batch.precision in PER_TENSOR_FP8
-            elem_bytes += per_rank * (fwd_in + bwd_in) * c["fp8_tensor_quant_bytes" if per_tensor else "fp8_quant_bytes"]
+            quant = "fp8_tensor_quant_bytes" if per_tensor else \
+                "fp8_block_quant_bytes" if batch.precision == "fp8-blockwise" else "fp8_quant_bytes"
+            elem_bytes += per_rank * (fwd_in + bwd_in) * c[quant]
         t_elem = elem_bytes / (hw["hbm_tbps"] * 1e12 * HBM_EFFICIENCY)
         if not batch.te:  # the local spec runs norms, RoPE, SwiGLU, permutation and loss as many unfused kernels
             t_elem *= c["local_spec_factor"]
