@@ -248,10 +248,13 @@ def test_a_recipe_for_another_precision_or_gpu_is_never_the_shipped_one():
         assert found is None or (found["gpu"], found["precision"]) == (gpu, ctx["precision"])
 
 
-@pytest.mark.parametrize("precision,same", [("fp8-cs", "bf16"), ("fp8-blockwise", "fp8-ds"), ("mxfp8", "nvfp4")])
-def test_precision_classes_pair_bf16_with_scaled_fp8_and_the_block_scaled_formats(precision, same):
-    assert reference._precision_class(precision) == reference._precision_class(same)
-    assert reference._precision_class("bf16") != reference._precision_class("mxfp8")
+@pytest.mark.parametrize("precision,near,far", [("fp8-cs", "bf16", "mxfp8"), ("fp8-blockwise", "fp8-ds", "mxfp8"),
+                                               ("nvfp4", "fp8-cs", "mxfp8"), ("mxfp8", "nvfp4", "bf16")])
+def test_the_nearest_recipes_precision_follows_how_bridge_tunes_them(precision, near, far):
+    """MXFP8 apart; NVFP4 with BF16/FP8; for an MXFP8 intent NVFP4 before the others."""
+    d = reference._precision_distance
+    assert d(precision, precision) == 0.0 < d(precision, near) < d(precision, far)
+    assert d(precision, near) == d(near, precision)
 
 
 def test_an_impossible_model_gets_its_rule_not_an_internal_error(tmp_path):
@@ -456,3 +459,25 @@ def test_the_defaults_recompute_only_what_their_own_knobs_need(base, want):
     cand = reference.defaults(ctx, sc, first, {False: rungs, True: search.ladder(ctx, True)})
     assert cand.overlap is False
     assert cand.recompute[0] == want
+
+
+def test_nvfp4_recipes_are_tuned_like_the_per_tensor_fp8_ones_not_like_mxfp8():
+    """Why the nearest-recipe reference groups NVFP4 with BF16/FP8 and keeps MXFP8 apart: over every NVFP4 recipe
+    with an FP8 (current scaling) and an MXFP8 recipe of the same model, GPU and GPU count, the NVFP4 recipe differs
+    from the FP8 one in far fewer knobs (layout, dispatcher, overlap, delayed wgrad, recompute, graphs) than from the
+    MXFP8 one."""
+    every = [a for a in search.anchors() if not a["variant"]]
+    knobs = ("tp", "pp", "vpp", "ep", "dispatcher", "overlap", "delay_wgrad", "recompute", "graphs")
+    near = {"fp8-cs": 0, "mxfp8": 0}
+    pairs = 0
+    for a in (a for a in every if a["precision"] == "nvfp4"):
+        sib = {p: next((b for b in every if (b["model"], b["gpu"], b["gpus"], b["precision"]) ==
+                        (a["model"], a["gpu"], a["gpus"], p)), None) for p in near}
+        if None in sib.values():
+            continue
+        pairs += 1
+        for p, b in sib.items():
+            near[p] += sum(str(a[k]) != str(b[k]) for k in knobs)
+    assert pairs >= 10 and near["fp8-cs"] * 4 < near["mxfp8"], (pairs, near)
+    d = reference._precision_distance
+    assert d("nvfp4", "fp8-cs") < d("nvfp4", "mxfp8")
