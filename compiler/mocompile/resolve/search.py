@@ -885,16 +885,14 @@ def min_gpus_that_fit(ctx: Context, limit_gpus: int = 16384) -> int | None:
     fewer micro-batches wait in the pipeline), so each layout is bisected over the node counts it divides,
     below the best count found so far."""
     gpn = ctx["gpus_per_node"]
-    disp, overlap, delay_wgrad, graphs = _frugal_knob(_knobs(ctx))
-    rung = _rungs(ctx, overlap)[-1]
+    frugal = _frugal_at(ctx)
     scorers: dict[int, Scorer] = {}
 
     def fits(lay: Layout, world: int) -> bool:
         sc = scorers.get(world)
         if sc is None:
             sc = scorers[world] = Scorer(ctx, world)
-        return sc.total_gib(Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, disp, overlap, delay_wgrad,
-                                      rung, graphs)) <= sc.limit
+        return sc.total_gib(frugal(lay)) <= sc.limit
 
     best: int | None = None
     for lay in _shapes(ctx):
@@ -917,21 +915,25 @@ def leaner_layouts(ctx: Context, model_parallel: int) -> set[Layout]:
     """The layouts with less model parallelism (TP x PP x CP) than ``model_parallel`` that fit on this intent's
     GPUs, with the knobs that need the least memory at the heaviest recompute rung (``min_gpus_that_fit``'s test)
     and the context's memory levers as set. A few estimates, no search."""
-    sc = Scorer(ctx)
-    disp, overlap, delay_wgrad, graphs = _frugal_knob(_knobs(ctx))
-    rung = _rungs(ctx, overlap)[-1]
+    sc, frugal = Scorer(ctx), _frugal_at(ctx)
     return {lay for lay in layouts_for(ctx, sc.world) if lay.tp * lay.pp * lay.cp < model_parallel
-            and sc.total_gib(Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, disp, overlap, delay_wgrad,
-                                       rung, graphs)) <= sc.limit}
+            and sc.total_gib(frugal(lay)) <= sc.limit}
 
 
 def layout_fits(ctx: Context, cand: Candidate) -> bool:
     """Does ``cand``'s layout fit on this intent's GPUs with the knobs that need the least memory at the heaviest
     recompute rung (with the context's memory levers as set)?"""
     sc = Scorer(ctx)
+    return sc.total_gib(_frugal_at(ctx)(cand)) <= sc.limit
+
+
+def _frugal_at(ctx: Context) -> Any:
+    """A layout (or a candidate's) with the knobs that need the least memory (``_frugal_knob``, the pins kept) at
+    the heaviest recompute rung: the memory tests of ``min_gpus_that_fit``, ``leaner_layouts`` and ``layout_fits``."""
     disp, overlap, delay_wgrad, graphs = _frugal_knob(_knobs(ctx))
-    return sc.total_gib(replace(cand, dispatcher=disp, overlap=overlap, delay_wgrad=delay_wgrad, graphs=graphs,
-                                recompute=_rungs(ctx, overlap)[-1], num_sms=None)) <= sc.limit
+    rung = _rungs(ctx, overlap)[-1]
+    return lambda lay: Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, disp, overlap, delay_wgrad, rung,
+                                 graphs)
 
 
 def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None, goal: str = "throughput") -> str:
