@@ -152,12 +152,14 @@ def lever_rungs(ctx: Context) -> list[Lever]:
 
 
 @contextlib.contextmanager
-def lever_trial(ctx: Context, state: str, share: float, fsdp: bool = False,
+def lever_trial(ctx: Context, state: str, share: float, fsdp: bool | None = None,
                 act: tuple[str, ...] | None = None) -> Iterator[None]:
-    """Plan with one rung of the memory levers set, then put the settings back as they were."""
+    """Plan with one rung of the memory levers set (``fsdp``, ``act``: None keeps the plan's), then put the
+    settings back as they were."""
     keys = ("optimizer_state", "optimizer_offload_fraction", "use_megatron_fsdp", "offload_modules",
             "fine_grained_activation_offloading")
     saved = {k: ctx.s[k] for k in keys}
+    fsdp = bool(ctx["use_megatron_fsdp"]) if fsdp is None else fsdp
     act = tuple(ctx["offload_modules"]) if act is None else act
     try:
         ctx.set("optimizer_state", state, "goal", "trial")
