@@ -1,9 +1,9 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-mid-ep4-a2a-on.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:5700adb1a9c56d93 input sha256:8d84211f3a601204
+# mocompile: checksum sha256:f757a0e86fc95f4b input sha256:8d84211f3a601204
 """bench-mid-ep4-a2a-on: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
+tiny-moe (a small test MoE) on 4x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
 `mocompile explain recipes/bench/bench-mid-ep4-a2a-on.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.

@@ -1,9 +1,9 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-mid-ep4-hybridep-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:11ccb78bc93c14c4 input sha256:82201e51c15e294e
+# mocompile: checksum sha256:67531169f632cc2a input sha256:82201e51c15e294e
 """bench-mid-ep4-hybridep-off: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
+tiny-moe (a small test MoE) on 4x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
 `mocompile explain recipes/bench/bench-mid-ep4-hybridep-off.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.

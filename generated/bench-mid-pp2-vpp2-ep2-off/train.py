@@ -1,9 +1,9 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-mid-pp2-vpp2-ep2-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:5e1abc9bb426a4fb input sha256:f62948ffabe4f378
+# mocompile: checksum sha256:fde011ca728b830e input sha256:f62948ffabe4f378
 """bench-mid-pp2-vpp2-ep2-off: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
+tiny-moe (a small test MoE) on 4x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
 `mocompile explain recipes/bench/bench-mid-pp2-vpp2-ep2-off.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.

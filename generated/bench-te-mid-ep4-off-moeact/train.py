@@ -1,9 +1,9 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-off-moeact.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:3db22fab550c79e4 input sha256:d12cb254db7e0bed
+# mocompile: checksum sha256:ea75b215020307bd input sha256:d12cb254db7e0bed
 """bench-te-mid-ep4-off-moeact: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
+tiny-moe (a small test MoE) on 4x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
 `mocompile explain recipes/bench/bench-te-mid-ep4-off-moeact.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.

@@ -1,9 +1,9 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:c1016f1df736a00f input sha256:a1e7e460dd29ba18
+# mocompile: checksum sha256:20a4b04a4b4d48bc input sha256:a1e7e460dd29ba18
 """bench-te-mid-ep4-off: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
+tiny-moe (a small test MoE) on 4x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
 `mocompile explain recipes/bench/bench-te-mid-ep4-off.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.

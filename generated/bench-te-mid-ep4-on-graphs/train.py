@@ -1,9 +1,9 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-on-graphs.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:ad91b2744f851341 input sha256:8984e6a9a9dd638c
+# mocompile: checksum sha256:c0dd5980bbece66c input sha256:8984e6a9a9dd638c
 """bench-te-mid-ep4-on-graphs: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
+tiny-moe (a small test MoE) on 4x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
 `mocompile explain recipes/bench/bench-te-mid-ep4-on-graphs.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.

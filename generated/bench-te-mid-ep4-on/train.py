@@ -1,9 +1,9 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-on.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:8c22d4d820981b19 input sha256:08293157d7b56826
+# mocompile: checksum sha256:972d5e8c00848a27 input sha256:08293157d7b56826
 """bench-te-mid-ep4-on: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-tiny-moe (test MoE, 2x H100, no Transformer Engine) on 4x NVIDIA H100 80GB HBM3, goal throughput.
+tiny-moe (a small test MoE) on 4x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
 `mocompile explain recipes/bench/bench-te-mid-ep4-on.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.

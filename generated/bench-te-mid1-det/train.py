@@ -1,9 +1,9 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid1-det.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:21234a95bfc86eb1 input sha256:ae1cc12dcb29fab9
+# mocompile: checksum sha256:6d2ce2ab9cc44d79 input sha256:ae1cc12dcb29fab9
 """bench-te-mid1-det: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-tiny-moe (test MoE, 2x H100, no Transformer Engine) on 1x NVIDIA H100 80GB HBM3, goal throughput.
+tiny-moe (a small test MoE) on 1x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
 `mocompile explain recipes/bench/bench-te-mid1-det.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.

@@ -1,9 +1,9 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-tiny-real-det.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:d09e210648d6cef6 input sha256:f8da35af9dc5ef3b
+# mocompile: checksum sha256:d703d48a671f7fd0 input sha256:f8da35af9dc5ef3b
 """bench-te-tiny-real-det: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-tiny-moe (test MoE, 2x H100, no Transformer Engine) on 1x NVIDIA H100 80GB HBM3, goal throughput.
+tiny-moe (a small test MoE) on 1x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
 `mocompile explain recipes/bench/bench-te-tiny-real-det.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.

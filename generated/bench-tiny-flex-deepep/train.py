@@ -1,9 +1,9 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-tiny-flex-deepep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:d35e802fe48727cf input sha256:bfbdfd11a5284d08
+# mocompile: checksum sha256:bb632306ae49573d input sha256:bfbdfd11a5284d08
 """bench-tiny-flex-deepep: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-tiny-moe (test MoE, 2x H100, no Transformer Engine) on 2x NVIDIA H100 80GB HBM3, goal throughput.
+tiny-moe (a small test MoE) on 2x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
 `mocompile explain recipes/bench/bench-tiny-flex-deepep.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.

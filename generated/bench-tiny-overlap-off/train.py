@@ -1,9 +1,9 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-tiny-overlap-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:8530cd31c691b49c input sha256:954a61c1db18014e
+# mocompile: checksum sha256:d6acf9c9554adf18 input sha256:954a61c1db18014e
 """bench-tiny-overlap-off: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-tiny-moe (test MoE, 2x H100, no Transformer Engine) on 2x NVIDIA H100 80GB HBM3, goal throughput.
+tiny-moe (a small test MoE) on 2x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
 `mocompile explain recipes/bench/bench-tiny-overlap-off.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.

@@ -1,9 +1,9 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-tiny-overlap-on.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:a1a1ca8e549769a6 input sha256:40c9b1504efb1860
+# mocompile: checksum sha256:0679d029a184f816 input sha256:40c9b1504efb1860
 """bench-tiny-overlap-on: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-tiny-moe (test MoE, 2x H100, no Transformer Engine) on 2x NVIDIA H100 80GB HBM3, goal throughput.
+tiny-moe (a small test MoE) on 2x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
 `mocompile explain recipes/bench/bench-tiny-overlap-on.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.

@@ -1,9 +1,9 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-tiny-overlap-wgrad.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:4c0d5423abd74a37 input sha256:9f316c87b45cef9a
+# mocompile: checksum sha256:e760fa0ffee174ee input sha256:9f316c87b45cef9a
 """bench-tiny-overlap-wgrad: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-tiny-moe (test MoE, 2x H100, no Transformer Engine) on 2x NVIDIA H100 80GB HBM3, goal throughput.
+tiny-moe (a small test MoE) on 2x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
 `mocompile explain recipes/bench/bench-tiny-overlap-wgrad.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.

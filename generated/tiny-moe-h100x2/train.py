@@ -1,9 +1,9 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/tiny-moe-h100x2.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:a38390e6b9ce7a55 input sha256:d060e1ca0c1bf7bb
+# mocompile: checksum sha256:c0b001b02aef17bc input sha256:d060e1ca0c1bf7bb
 """tiny-moe-h100x2: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-tiny-moe (test MoE, 2x H100, no Transformer Engine) on 2x NVIDIA H100 80GB HBM3, goal throughput.
+tiny-moe (a small test MoE) on 2x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
 `mocompile explain recipes/tiny-moe-h100x2.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.

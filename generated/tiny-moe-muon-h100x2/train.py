@@ -1,9 +1,9 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/tiny-moe-muon-h100x2.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:7d3b3c4b88086a91 input sha256:96e26cc66d89cd5d
+# mocompile: checksum sha256:e6d3bda74dc9ebbb input sha256:96e26cc66d89cd5d
 """tiny-moe-muon-h100x2: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-tiny-moe (test MoE, 2x H100, no Transformer Engine) on 2x NVIDIA H100 80GB HBM3, goal throughput.
+tiny-moe (a small test MoE) on 2x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
 `mocompile explain recipes/tiny-moe-muon-h100x2.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.
