@@ -156,8 +156,7 @@ def lever_trial(ctx: Context, state: str, share: float, fsdp: bool | None = None
                 act: tuple[str, ...] | None = None) -> Iterator[None]:
     """Plan with one rung of the memory levers set (``fsdp``, ``act``: None keeps the plan's), then put the
     settings back as they were."""
-    keys = ("optimizer_state", "optimizer_offload_fraction", "use_megatron_fsdp", "offload_modules",
-            "fine_grained_activation_offloading")
+    keys = ("optimizer_state", "optimizer_offload_fraction", "use_megatron_fsdp", "offload_modules")
     saved = {k: ctx.s[k] for k in keys}
     fsdp = bool(ctx["use_megatron_fsdp"]) if fsdp is None else fsdp
     act = tuple(ctx["offload_modules"]) if act is None else act
@@ -166,7 +165,6 @@ def lever_trial(ctx: Context, state: str, share: float, fsdp: bool | None = None
         ctx.set("optimizer_offload_fraction", share, "goal", "trial")
         ctx.set("use_megatron_fsdp", fsdp, "goal", "trial")
         ctx.set("offload_modules", list(act), "goal", "trial")
-        ctx.set("fine_grained_activation_offloading", bool(act), "goal", "trial")
         yield
     finally:
         ctx.s.update(saved)
@@ -238,8 +236,6 @@ def climb_levers(ctx: Context, res: SearchResult) -> SearchResult:
                     f"fine-grained activation offload of {', '.join(act)}: their inputs wait in host memory between "
                     f"forward and backward ({w.mem['total_gib']:.1f} GiB), {moved:.2f} s of {w.step:.2f} s/step of "
                     "host-link traffic exposed", path=("recompute", "offload_modules"))
-            ctx.set("fine_grained_activation_offloading", True, "goal", "the ladder's activation offload rung",
-                    path=("recompute", "offload_modules"))
         return trial
     if tried:
         d = ctx.s["optimizer_state"]

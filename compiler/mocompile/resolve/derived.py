@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from mocompile import memory
 from mocompile.ir import Decision
 from mocompile.resolve.context import Context
@@ -31,6 +29,10 @@ def p2p_and_grads(ctx: Context) -> None:
                 "(Bridge's _apply_kimi_k2_optimizer 'muon')", path=("training", "optimizer"))
     else:
         ctx.set("overlap_param_gather", want and not blockers, "derived", "follows overlap_grad_reduce")
+    mods = ctx["offload_modules"]
+    ctx.set("fine_grained_activation_offloading", bool(mods), "derived",
+            "Megatron-Core offloads the inputs of offload_modules" if mods else "no module offloaded",
+            path=("recompute", "offload_modules"))
     ctx.set("use_te_rng_tracker", ctx["cuda_graph_impl"] not in (None, "none"), "derived",
             "CUDA graphs need TE's RNG tracker" if ctx["cuda_graph_impl"] not in (None, "none") else "no graphs")
 
@@ -87,17 +89,6 @@ def environment(ctx: Context) -> None:
             ctx.env[key] = Decision(value, "user", "launch.env", position=ctx.doc.positions.get(("launch", "env", key)))
 
 
-def _rung_gpus(ctx: Context) -> Any:
-    """Sort key: the smallest GPU count a rung of the memory ladder fits on (none: last)."""
-    from mocompile.resolve.decide import lever_trial
-
-    def key(rung: tuple[str, float, bool, tuple[str, ...]]) -> float:
-        with lever_trial(ctx, *rung):
-            n = min_gpus_that_fit(ctx)
-        return float("inf") if n is None else n
-    return key
-
-
 def _lightest_lever_count(ctx: Context) -> tuple[int, str] | None:
     """The smallest GPU count with the memory ladder's rungs the recipe leaves open (resolve/decide.py
     lever_rungs): the last (most memory-saving) optimizer-state or offload rung, or Megatron-FSDP, whichever fits
@@ -109,13 +100,18 @@ def _lightest_lever_count(ctx: Context) -> tuple[int, str] | None:
         return None
     heaviest = [r for r in rungs if not r[2] or ctx["use_megatron_fsdp"]][-1:] + \
         [r for r in rungs if r[2] and not ctx["use_megatron_fsdp"]]  # the last state/offload rung, and FSDP
-    state, share, fsdp, act = min(heaviest, key=_rung_gpus(ctx))
-    with lever_trial(ctx, state, share, fsdp, act):
-        n = min_gpus_that_fit(ctx)
+    counts = []
+    for rung in heaviest:
+        with lever_trial(ctx, *rung):
+            counts.append((min_gpus_that_fit(ctx), rung))
+    fitting = [(n, r) for n, r in counts if n is not None]
+    if not fitting:
+        return None
+    n, (state, share, fsdp, act) = min(fitting, key=lambda c: c[0])
     how = "parallelism.fsdp: true (Megatron-FSDP)" if fsdp and not ctx["use_megatron_fsdp"] else \
         f"training.optimizer_offload: {share:g} (Adam's state and step on the host CPU)" if share else \
         f"training.optimizer_state: {state}"
-    return (n, how) if n is not None else None
+    return n, how
 
 
 def memory_pass(ctx: Context) -> None:

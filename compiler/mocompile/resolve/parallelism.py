@@ -101,9 +101,6 @@ def base(ctx: Context) -> None:
     ctx.set("offload_modules", mods, "user" if off_mods != "auto" else "default",
             "pinned in the recipe" if off_mods != "auto" else "auto: activations stay on the GPU unless no plan fits",
             path=("recompute", "offload_modules"))
-    ctx.set("fine_grained_activation_offloading", bool(mods), "derived",
-            "Megatron-Core offloads the inputs of offload_modules" if mods else "no module offloaded",
-            path=("recompute", "offload_modules"))
     fsdp = ctx.intent["parallelism"].get("fsdp", "auto")
     ctx.set("use_megatron_fsdp", fsdp is True, "user" if fsdp != "auto" else "default",
             "pinned in the recipe" if fsdp != "auto" else "auto: the distributed optimizer unless no plan fits",

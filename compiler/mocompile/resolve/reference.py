@@ -215,10 +215,11 @@ def defaults(ctx: Context, sc: Any, first: list[Any], rungs_by_ov: dict[bool, li
     smallest model parallelism, then selective recompute, full recompute only if still out of memory) on the
     fitting layout they describe. Each fitting layout gets the guidance's knobs (its dispatcher for the EP
     group's span, no overlap, no delayed wgrad, no CUDA graphs) at the lightest recompute rung that fits with
-    them; then, in order: the least recompute (none, then selective without ``moe``, then ``moe`` or full: more
-    model parallelism comes before recompute), TP and the expert group (ETP x EP) each inside the NVLink domain
-    where any such layout fits (Megatron folds them into separate groups), the least model parallelism
-    (TP x PP x CP), the largest expert group (fewest local experts), then the one the model ranks first. EP
+    them; then, in order: no recompute the guidance keeps for last (``moe`` or full: more model parallelism
+    comes before it; none and selective without ``moe`` count alike), TP and the expert group (ETP x EP) each
+    inside the NVLink domain where any such layout fits (Megatron folds them into separate groups), the least
+    model parallelism (TP x PP x CP), the largest expert group (fewest local experts), then the one the model
+    ranks first. EP
     overlap only where the all-to-all crosses NVLink domains (``docs/training/communication-overlap.md``: most
     promising at larger EP with inter-node all-to-all) and the model puts more of the step in exposed
     all-to-all than its own error."""
@@ -240,7 +241,7 @@ def defaults(ctx: Context, sc: Any, first: list[Any], rungs_by_ov: dict[bool, li
     def order(item: tuple[int, Candidate]) -> tuple[Any, ...]:
         rank, c = item  # ``first`` is ranked: ties keep rank
         outside = not (c.tp <= nvl and c.ep * c.etp <= nvl)
-        return (_weight(c), outside, c.tp * c.pp * c.cp, -c.ep * c.etp, rank)
+        return (not _light(c), outside, c.tp * c.pp * c.cp, -c.ep * c.etp, rank)
 
     guided_all = [guided(s.cand) for s in fitting]
     fit = [c for c in guided_all if rungs_by_ov is None or sc.total_gib(c) <= sc.limit] or guided_all
@@ -252,12 +253,6 @@ def defaults(ctx: Context, sc: Any, first: list[Any], rungs_by_ov: dict[bool, li
         if est.terms.get("a2a_exposed", 0.0) > trust_margin(ctx.model) * est.step_s:
             cand = replace(cand, overlap=True)
     return cand
-
-
-def _weight(cand: Candidate) -> int:
-    """How much recompute a plan uses, in the guidance's order: none, selective without ``moe``, then the
-    recompute it keeps for last (``moe``, which replays dispatch and combine, and full)."""
-    return 0 if _light(cand) else 1
 
 
 def _light(cand: Candidate) -> bool:
