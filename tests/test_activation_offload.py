@@ -101,3 +101,20 @@ def test_pinned_offload_reaches_train_py_and_without_te_is_refused(tmp_path):
     assert "'NVTE_CPU_OFFLOAD_V1': '1'" in train
     res = run_cli("lint", str(path), "--set", "versions.transformer_engine=none")
     assert res.returncode == 1 and "[AOF003]" in res.stdout
+
+
+def test_mem001s_lever_count_names_activation_offload_when_that_is_the_rung_it_counted():
+    """With the optimizer state, its offload and FSDP pinned, the only open rungs are activation offload: the
+    count MEM001 quotes is for them, and the note says so (it named the pinned optimizer state)."""
+    import sys
+
+    from conftest import ROOT
+    from mocompile.resolve import derived
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from anchor_intents import context_for
+
+    ctx = context_for("schema: 1\nname: r\n" + LONG.replace(
+        "global_batch_size: 64}", "global_batch_size: 64, optimizer_state: bf16-moments, optimizer_offload: 0}")
+        .replace("cp: 1}", "cp: 1, fsdp: false}"))
+    n, how = derived._lightest_lever_count(ctx)
+    assert n >= 8 and how == "recompute.offload_modules: [core_attn, attn_proj, expert_fc1, moe_act] (activation offload)"

@@ -110,7 +110,8 @@ def _lightest_lever_count(ctx: Context) -> tuple[int, str] | None:
     n, (state, share, fsdp, act) = min(fitting, key=lambda c: c[0])
     how = "parallelism.fsdp: true (Megatron-FSDP)" if fsdp and not ctx["use_megatron_fsdp"] else \
         f"training.optimizer_offload: {share:g} (Adam's state and step on the host CPU)" if share else \
-        f"training.optimizer_state: {state}"
+        f"recompute.offload_modules: [{', '.join(act)}] (activation offload)" if list(act) != list(ctx["offload_modules"]) \
+        else f"training.optimizer_state: {state}"
     return n, how
 
 
