@@ -132,7 +132,8 @@ def test_fit_exactly_at_the_headroom_compiles_and_a_hundredth_below_is_refused(t
     path = dsv3_fit(tmp_path, 21)
     p = analyse(str(path), CLOSED).plan
     est, sets = p["memory_estimate_gib"], pinned(p) + CLOSED
-    monkeypatch.setattr(memory, "limits", lambda: {"headroom": (est - below) / 80, "measured_error": 0.074})
+    monkeypatch.setattr(memory, "limits", lambda: {"headroom": (est - below) / 80, "measured_error": 0.074,
+                                                           "host_headroom": 0.75})
     assert memory.usable_gib(80) == round(est - below, 2)
     r = analyse(str(path), sets)
     assert r.plan["memory_estimate_gib"] == r.plan.planner["chosen"]["memory_gib"] == est
@@ -170,7 +171,8 @@ def test_a_shipped_recipe_is_refused_only_beyond_the_measured_error(tmp_path, mo
     which limit it applied."""
     recipe = "qwen3_30b_a3b_pretrain_8gpu_b200_bf16_config"
     est = QWEN_B200[recipe][0]
-    monkeypatch.setattr(memory, "limits", lambda: {"headroom": 0.92, "measured_error": (est - over) / 180 - 1})
+    monkeypatch.setattr(memory, "limits", lambda: {"headroom": 0.92, "measured_error": (est - over) / 180 - 1,
+                                                           "host_headroom": 0.75})
     assert memory.shipped_limit_gib(180) == round(est - over, 2)
     r = shipped(tmp_path, recipe, CLOSED)
     assert [d.rule for d in r.diagnostics if d.rule.startswith("MEM")] == [rule]

@@ -274,6 +274,11 @@ BOUNDARIES = [
     ("MEM001", dict(memory_estimate_gib=73.61, memory_limit_gib=None), dict(memory_estimate_gib=73.6, memory_limit_gib=None)),
     ("MEM001", dict(shipped_recipe="r_config", memory_estimate_gib=85.93, memory_limit_gib=85.92),
      dict(shipped_recipe="r_config", memory_estimate_gib=85.92, memory_limit_gib=85.92)),
+    # MEM003: above the host memory a node may pin (75 % of a DGX's 2048 GiB = 1536); no catalogue figure: no limit
+    ("MEM003", dict(memory_host_node_gib=1536.1, host_memory_limit_gib=1536.0),
+     dict(memory_host_node_gib=1536.0, host_memory_limit_gib=1536.0)),
+    ("MEM003", dict(memory_host_node_gib=1536.1, host_memory_limit_gib=1536.0),
+     dict(memory_host_node_gib=1536.1, host_memory_limit_gib=None)),
     # MEM002: a shipped recipe run as shipped, over the GPU's 80 GiB and at most its limit; not any other plan
     ("MEM002", dict(shipped_recipe="r_config", memory_estimate_gib=80.01, memory_limit_gib=85.92),
      dict(shipped_recipe="r_config", memory_estimate_gib=80.0, memory_limit_gib=85.92)),
@@ -356,6 +361,11 @@ BOUNDARIES = [
      dict(use_megatron_fsdp=True, ckpt_format="torch_dist")),  # nothing saved or loaded: the format is never used
     ("FSD004", dict(use_megatron_fsdp=True, save="/ckpt", ckpt_format="torch_dist"),
      dict(use_megatron_fsdp=False, save="/ckpt", ckpt_format="torch_dist")),
+    # FSD005: any offload share with FSDP; none, or no FSDP, passes
+    ("FSD005", dict(use_megatron_fsdp=True, optimizer_offload_fraction=0.25),
+     dict(use_megatron_fsdp=True, optimizer_offload_fraction=0.0)),
+    ("FSD005", dict(use_megatron_fsdp=True, optimizer_offload_fraction=0.25),
+     dict(use_megatron_fsdp=False, optimizer_offload_fraction=0.25)),
     ("CKPT005", dict(save="/ckpt", ckpt_format="fsdp_dtensor"), dict(save="/ckpt", ckpt_format="fsdp_dtensor",
                                                                       use_megatron_fsdp=True)),
     ("OVL007", dict(**OVERLAP, recompute_method="uniform"), dict(**OVERLAP)),

@@ -5,7 +5,8 @@
 # offloaded to the host CPU. Each run trains ITERS iterations with MOCOMPILE_METRICS (step time, loss, peak
 # memory per step); the locks hold the estimates the report compares against.
 # Usage (repo root on the host; carry .te .whl .mcdeps):  OUT=<dir> benchmarks/gpu/issue24.sh
-# Environment: PLANS ("fp32 bf16m offload"; also "rem": fp32-remainders), ROUNDS (2), ITERS (24), DEADLINE
+# Environment: PLANS ("fp32 bf16m offload"; also "rem": fp32-remainders; "fp32d remd bf16md": deterministic;
+# "fsdp": Megatron-FSDP; "actoff": activation offload of core_attn,attn_proj), ROUNDS (2), ITERS (24), DEADLINE
 # (480: no run starts later, in s). Setup is issue20.sh's.
 # $OUT gets two files, console.log and results.tar.gz (rewritten after every run, so a call cut short keeps
 # what finished); everything else is collected in /tmp/levers/out.
@@ -28,6 +29,15 @@ declare -A SETS=(
   [bf16m]="--set training.optimizer_state=bf16-moments --set training.optimizer_offload=0"
   [offload]="--set training.optimizer_state=fp32 --set training.optimizer_offload=1"
   [rem]="--set training.optimizer_state=fp32-remainders --set training.optimizer_offload=0"
+  # deterministic twins: loss curves compared bit for bit where the optimizer path allows
+  [fp32d]="--set training.optimizer_state=fp32 --set training.optimizer_offload=0 --set training.deterministic=true"
+  [remd]="--set training.optimizer_state=fp32-remainders --set training.optimizer_offload=0 --set training.deterministic=true"
+  [bf16md]="--set training.optimizer_state=bf16-moments --set training.optimizer_offload=0 --set training.deterministic=true"
+  [fsdp]="--set training.optimizer_state=fp32 --set training.optimizer_offload=0 --set parallelism.fsdp=true"
+  # an experiment, not a plan mocompile emits: offload with Megatron-Core's overlap_cpu_optimizer_d2h_h2d (one CPU
+  # optimizer per parameter, copies on side streams), patched into the generated train.py below
+  [offloadov]="--set training.optimizer_state=fp32 --set training.optimizer_offload=1"
+  [actoff]="--set training.optimizer_state=fp32 --set training.optimizer_offload=0 --set recompute.offload_modules=[core_attn,attn_proj]"
 )
 PLANS="${PLANS:-fp32 bf16m offload}"
 for plan in ${PLANS}; do
@@ -35,6 +45,10 @@ for plan in ${PLANS}; do
   python3 -m mocompile compile "${RECIPE}" ${SETS[${plan}]} --set "name=lever-${plan}" --set "training.train_iters=${ITERS}" \
     --set profile=null -o /tmp/levers --force > "${W}/compile-${plan}.log" 2>&1 || { cat "${W}/compile-${plan}.log"; keep; exit 5; }
   cp "/tmp/levers/lever-${plan}/mocompile.lock.json" "${W}/lock-${plan}.json"
+  if [[ ${plan} == offloadov ]]; then
+    sed -i 's/^\( *\)optimizer_cpu_offload=True,.*$/&\n\1overlap_cpu_optimizer_d2h_h2d=True,  # experiment (issue24.sh)/' \
+      "/tmp/levers/lever-${plan}/train.py"
+  fi
   grep -n "optimizer_cpu_offload\|precision_aware\|_dtype=" "/tmp/levers/lever-${plan}/train.py" || true
 done
 keep

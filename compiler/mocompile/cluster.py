@@ -14,6 +14,8 @@ relative to the file that names it, inside the project)::
       gemm_scale: 0.98       # BF16 GEMM speed relative to a reference Hopper SXM GPU
       a2a_scale: 1.01        # NCCL all-to-all throughput inside a node, same reference
       a2a_latency_us: 35.0   # per NCCL all-to-all call inside a node
+    host_memory_gib: 4096    # optional: host memory per node (rule MEM003), where it differs from the GPU
+                             # type's usual node (compiler/mocompile/data/hardware.yaml)
 
 Absent a profile, the DGX defaults apply (``host_factor`` 1). The lock records the profile's path,
 its hash and the values the plan used. A profile is read like a recipe: untrusted, size- and
@@ -34,9 +36,11 @@ KEYS = {"schema": "format version (1)", "name": "a name for the cluster",
         "source": "how the values were measured",
         "measured": "measured step times of plans run there (`mocompile tune` adds them)",
         "probe": "what `mocompile probe` ran and found there (imports, runs, what it did not measure)",
-        "kernels": "the kernel probe's GEMM and all-to-all measurements and the scales the model applies"}
+        "kernels": "the kernel probe's GEMM and all-to-all measurements and the scales the model applies",
+        "host_memory_gib": "host (CPU) memory per node in GiB, where it differs from the GPU type's usual node"}
 KERNEL_SCALES = {"gemm_scale": (0.1, 2.0), "a2a_scale": (0.1, 2.0), "a2a_latency_us": (0.1, 100000.0)}
 HOST_FACTOR = (0.1, 100.0)
+HOST_MEMORY_GIB = (1.0, 1000000.0)
 
 
 def _error(message: str, pos: Position, hint: str = "") -> InputError:
@@ -98,6 +102,13 @@ def read(doc: Document) -> None:
                                        "written by `mocompile probe`; rerun it"))
             v = None
         scales[key] = float(v) if v is not None else None
+    host_mem = data.get("host_memory_gib")
+    if host_mem is not None and (isinstance(host_mem, bool) or not isinstance(host_mem, (int, float))
+                                 or not HOST_MEMORY_GIB[0] <= host_mem <= HOST_MEMORY_GIB[1]):
+        problems.append(Diagnostic("INPUT", "error", f"`host_memory_gib` must be a number from {HOST_MEMORY_GIB[0]:g} "
+                                   f"to {HOST_MEMORY_GIB[1]:g} (got {host_mem!r})", positions[("host_memory_gib",)],
+                                   "the node's host memory in GiB, e.g. 2048 for a DGX H100"))
+        host_mem = None
     for key in ("name", "source"):
         if key in data and not isinstance(data[key], str):
             problems.append(Diagnostic("INPUT", "error", f"`{key}` must be text", positions[(key,)]))
@@ -107,7 +118,7 @@ def read(doc: Document) -> None:
     doc.files.insert(0, full)  # hashed like a base file: a changed profile makes generated files stale
     doc.cluster = {"path": path, "file": full, "sha256": hashlib.sha256(text.encode()).hexdigest()[:16],
                    "name": data.get("name"), "source": data.get("source"), "host_factor": float(factor),
-                   "kernels": scales,
+                   "kernels": scales, "host_memory_gib": float(host_mem) if host_mem is not None else None,
                    "missing": [str(m) for m in (data.get("probe") or {}).get("missing") or []],
                    # what `mocompile tune` measured there for this recipe (its name): explain and the lock say it
                    "measured": [{k: e.get(k) for k in ("plan", "median_ms", "runs", "spread", "predicted_ms")}
@@ -120,6 +131,8 @@ def apply(hw: dict[str, Any], doc: Document) -> dict[str, Any]:
     profile = getattr(doc, "cluster", None)
     if profile:
         hw["host_factor"] = profile["host_factor"]
+        if profile.get("host_memory_gib") is not None:
+            hw["host_memory_gib"] = profile["host_memory_gib"]
         kern = profile.get("kernels") or {}
         if kern.get("gemm_scale") is not None:
             hw["gemm_scale"] = kern["gemm_scale"]
@@ -127,6 +140,8 @@ def apply(hw: dict[str, Any], doc: Document) -> dict[str, Any]:
             hw["a2a_scale"] = kern["a2a_scale"]
             if kern.get("a2a_latency_us") is not None:
                 hw["a2a_latency_s"] = kern["a2a_latency_us"] * 1e-6
-        hw["cluster"] = {k: profile[k] for k in ("path", "sha256", "name", "source", "host_factor", "kernels",
-                                                  "missing", "measured")}
+        hw["cluster"] = {k: profile.get(k) for k in ("path", "sha256", "name", "source", "host_factor", "kernels",
+                                                      "missing", "measured")}
+        if profile.get("host_memory_gib") is not None:
+            hw["cluster"]["host_memory_gib"] = profile["host_memory_gib"]
     return hw

@@ -15,7 +15,7 @@ import os
 from typing import Any
 
 from mocompile.datafiles import load_yaml
-from mocompile.optimizer_state import keeps_fp32_master, state_bytes_per_param, step_bytes
+from mocompile.optimizer_state import host_bytes, keeps_fp32_master, state_bytes_per_param, step_bytes
 
 GIB = 1024 ** 3
 LIMITS = os.path.join(os.path.dirname(__file__), "data", "memory.yaml")
@@ -401,4 +401,22 @@ class Estimator:
             "nccl_context_gib": WORKSPACE_GIB,
             "params_per_gpu_m": round((dense + experts) / 1e6, 1),
             "in_flight_microbatches": round(in_flight, 2),
+            # pinned host memory per GPU: the offloaded optimizer share and the offloaded activations (MEM003)
+            "host_gib": round(self._host(tp, pp, ep, etp, cp, granularity, modules, dense, experts, in_flight) / GIB, 2),
         }
+
+    def _host(self, tp: int, pp: int, ep: int, etp: int, cp: int, granularity: Any, modules: tuple[str, ...],
+              dense: float, experts: float, in_flight: float) -> float:
+        """Host bytes one GPU's process pins: the hybrid CPU optimizer's fp32 copies, moments and gradients of the
+        offloaded share (``optimizer_state.host_bytes``) and, with fine-grained activation offload, the offloaded
+        inputs of every layer of the micro-batches in flight (full recompute offloads nothing)."""
+        dp = max(1, self.world // (tp * pp * cp))
+        edp = max(1, self.world // (ep * etp * pp))
+        opt = host_bytes(self.offload) * (dense / dp + experts / edp) if self.opt != "muon" else 0.0
+        acts = 0.0
+        if self.act_offload and granularity != "full":
+            tokens = self.seq * self.mbs / (tp * cp)
+            layers = math.ceil(self.m["num_layers"] / pp)
+            acts = offloaded_bytes_per_token(self.m, self.force_balance, self.act_offload, modules) * tokens \
+                * layers * in_flight
+        return opt + acts

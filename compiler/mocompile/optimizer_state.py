@@ -33,10 +33,20 @@ Adam's memory levers (``training.optimizer_state``, ``training.optimizer_offload
   (Qwen3-30B-A3B: remainders; DeepSeek-V3, Moonlight: bf16 moments) and a user may pin them.
 - offload share ``f`` (``optimizer_cpu_offload``, ``optimizer_offload_fraction``): Megatron's
   ``HybridDeviceOptimizer`` (``optimizer/cpu_offloading/hybrid_optimizer.py``) steps a share ``f`` of the
-  distributed optimizer's fp32 shard on the CPU: it clones those shards to pinned host memory and keeps
-  their moments there, while the GPU keeps every fp32 shard (it copies the result back into it): on the
-  GPU 4 + 8 * (1 - f) bytes. It builds torch's Adam without the precision-aware dtypes, so offload goes with
-  ``fp32`` only (rule OPT006).
+  distributed optimizer's parameter shards on the CPU. The plan builds it the way Megatron-LM requires
+  (``megatron/training/arguments.py``: "The optimizer cpu offload must be used in conjunction with
+  `--use-precision-aware-optimizer`, as the hybrid device optimizer reuses the code path of this flag"): with the
+  precision-aware flag (fp32 dtypes) the distributed optimizer allocates no fp32 master on the GPU
+  (``distrib_optimizer.py`` ``_build_model_and_main_param_groups``: ``shard_main_param = None`` when
+  ``use_precision_aware_optimizer_no_fp8_or_ds_fp8``, which offload turns on) and hands the bf16 shards to the
+  hybrid optimizer, which clones the offloaded share to host memory in fp32 (``param_update_in_fp32``) and keeps
+  an fp32 copy and both moments on the GPU for the rest: on the GPU 12 * (1 - f) bytes, nothing for the
+  offloaded share. Gradients reach it as views of the gradient buffer (``decoupled_grad``, no fp32 copy); the GPU
+  share converts a bf16 buffer's gradient to fp32 at the step (``_set_sub_optimizer_grads``). Without the flag
+  (Bridge allows it) the distributed optimizer keeps every fp32 master shard on the GPU, 4 + 8 * (1 - f) bytes:
+  measured on 2x H100 (``benchmarks/results/levers-2026-11-27``: offloading all of it saved exactly 8 bytes per
+  parameter). The offloading optimizer builds torch's Adam without the precision-aware dtypes, so offload goes
+  with ``fp32`` moments only (rule OPT006).
 
 Gradients and the bf16 weights are counted by ``memory.py`` (unchanged by the optimizer: Muon runs
 on Megatron's plain DDP, whose gradient buffer is whole on every rank, as Adam's is).
@@ -61,11 +71,19 @@ def keeps_fp32_master(fp8: str | None) -> bool:
     return bool(fp8) and fp8 != "delayed"
 
 
+def _kept(offload: float) -> float:
+    """The share of the optimizer state that stays on the GPU."""
+    return 1.0 - min(1.0, max(0.0, offload))
+
+
 def adam_bytes(state: str = "fp32", offload: float = 0.0, fp8_master: bool = False) -> float:
     """Adam's state bytes per parameter on the GPU at rest (before DP sharding). ``fp8_master``: an FP8 recipe
-    other than delayed scaling, whose fp32 master Megatron-Core keeps itself (no remainders)."""
+    other than delayed scaling, whose fp32 master Megatron-Core keeps itself (no remainders). With an offload share
+    the hybrid optimizer holds an fp32 copy and both moments for the GPU share only (module docstring)."""
+    if offload > 0:
+        return ADAM_BYTES * _kept(offload)
     master = 4.0 if fp8_master else MASTER_BYTES.get(state, 4.0)
-    return master + MOMENT_BYTES.get(state, 8.0) * (1.0 - min(1.0, max(0.0, offload)))
+    return master + MOMENT_BYTES.get(state, 8.0)
 
 
 def step_bytes(state: str = "fp32", offload: float = 0.0, fp8_master: bool = False,
@@ -74,11 +92,15 @@ def step_bytes(state: str = "fp32", offload: float = 0.0, fp8_master: bool = Fal
     the activations): the distributed optimizer's fp32 copies of the gradients when the gradient buffer is bf16
     (``distrib_optimizer.py`` ``_copy_model_grads_to_main_grads``: ``shard_model_grad.float()`` for every shard
     at once; ``main_grad_copies``), the remainder path's 2 bytes, and TE FusedAdam's fp32 copies of bf16
-    moments. Measured: the peak of every plan on the lent hosts is this step, not the backward
-    (``benchmarks/results/levers-2026-11-27``, ``deterministic-2026-11-27``)."""
-    kept = 1.0 - min(1.0, max(0.0, offload))
+    moments. With an offload share, only the GPU share's fp32 gradient copies (``HybridDeviceOptimizer.
+    _set_sub_optimizer_grads``: ``grad.to(fp32)``, a copy only from a bf16 buffer). Measured: the peak of every
+    plan on the lent hosts is this step, not the backward (``benchmarks/results/levers-2026-11-27``,
+    ``deterministic-2026-11-27``)."""
+    kept = _kept(offload)
+    if offload > 0:
+        return 4.0 * kept if main_grad_copies else 0.0
     extra = REMAINDER_PEAK_BYTES if state != "fp32" and not fp8_master else 0.0
-    return extra + UNSCALED_MOMENT_BYTES.get(state, 0.0) * kept + (4.0 if main_grad_copies else 0.0)
+    return extra + UNSCALED_MOMENT_BYTES.get(state, 0.0) + (4.0 if main_grad_copies else 0.0)
 
 
 def adam_peak_bytes(state: str = "fp32", offload: float = 0.0, fp8_master: bool = False) -> float:

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/gpt-oss-20b-h100x8-bringup.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:5e979baa847d4fbf input sha256:230b3302bd208356
+# mocompile: checksum sha256:7f731d2e9ce4b61a input sha256:230b3302bd208356
 """gpt-oss-20b-h100x8-bringup: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 GPT-OSS-20B on 8x NVIDIA H100 80GB HBM3, goal bring-up.
@@ -54,7 +54,7 @@ def build_config() -> ConfigContainer:
     cfg.optimizer.main_params_dtype = torch.float32  # fp32 master
     cfg.optimizer.exp_avg_dtype = torch.float32  # first moment
     cfg.optimizer.exp_avg_sq_dtype = torch.float32  # second moment
-    cfg.optimizer.main_grads_dtype = torch.float32  # fp32 main gradients (required without the precision-aware optimizer)
+    cfg.optimizer.main_grads_dtype = torch.float32  # fp32 main gradients
     cfg.optimizer.optimizer_cpu_offload = False  # training.optimizer_offload 0: default: auto: on the GPU unless no plan fits
     cfg.optimizer.optimizer_offload_fraction = 0.0  # share stepped on the CPU
     if cfg.comm_overlap is None:

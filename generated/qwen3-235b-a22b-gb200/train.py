@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-235b-a22b-gb200.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:f99c45093188704f input sha256:c862d18dba0b3c94
+# mocompile: checksum sha256:4b989f11cbe5dfc3 input sha256:c862d18dba0b3c94
 """qwen3-235b-a22b-gb200: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-235B-A22B on 128x NVIDIA GB200 NVL72, goal throughput.
@@ -55,7 +55,7 @@ def build_config() -> ConfigContainer:
     cfg.optimizer.main_params_dtype = torch.float32  # fp32 master
     cfg.optimizer.exp_avg_dtype = torch.float32  # first moment
     cfg.optimizer.exp_avg_sq_dtype = torch.float32  # second moment
-    cfg.optimizer.main_grads_dtype = torch.float32  # fp32 main gradients (required without the precision-aware optimizer)
+    cfg.optimizer.main_grads_dtype = torch.float32  # fp32 main gradients
     cfg.optimizer.optimizer_cpu_offload = False  # training.optimizer_offload 0: default: auto: on the GPU unless no plan fits
     cfg.optimizer.optimizer_offload_fraction = 0.0  # share stepped on the CPU
     if cfg.comm_overlap is None:

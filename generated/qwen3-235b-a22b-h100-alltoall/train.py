@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-235b-a22b-h100-alltoall.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:24e29eab89e3b94f input sha256:1e05ab9d46adf773
+# mocompile: checksum sha256:6ed7dabdbeabc1ba input sha256:1e05ab9d46adf773
 """qwen3-235b-a22b-h100-alltoall: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-235B-A22B on 256x NVIDIA H100 80GB HBM3, goal throughput.
@@ -54,7 +54,7 @@ def build_config() -> ConfigContainer:
     cfg.optimizer.main_params_dtype = torch.float32  # fp32 master
     cfg.optimizer.exp_avg_dtype = torch.float32  # first moment
     cfg.optimizer.exp_avg_sq_dtype = torch.float32  # second moment
-    cfg.optimizer.main_grads_dtype = torch.float32  # fp32 main gradients (required without the precision-aware optimizer)
+    cfg.optimizer.main_grads_dtype = torch.float32  # fp32 main gradients
     cfg.optimizer.optimizer_cpu_offload = False  # training.optimizer_offload 0: default: auto: on the GPU unless no plan fits
     cfg.optimizer.optimizer_offload_fraction = 0.0  # share stepped on the CPU
     if cfg.comm_overlap is None:

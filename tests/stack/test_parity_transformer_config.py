@@ -51,6 +51,8 @@ NOT_IN_POST_INIT = {
     "PP005": "interleaved schedule (pipeline_parallel/schedules.py) checks micro-batches at run time",
     "FSD001": "the EP-overlap schedule (pipeline_parallel/combined_1f1b.py) asserts on a Megatron-FSDP model chunk at "
               "run time, not in the config",
+    "FSD005": "the hybrid CPU optimizer (optimizer/cpu_offloading/hybrid_optimizer.py) breaks on Megatron-FSDP's DTensor "
+              "shards when the optimizer is built and at checkpoint save, not in the config",
     "PREC002": "MXFP8/NVFP4 need Blackwell: Transformer Engine checks the device at run time",
     "PREC003": "FP8 needs sm89+: Transformer Engine checks the device at run time",
     "OPT001": "Muon with fp16 is refused by the optimizer builder (optimizer/__init__.py), not the config",

@@ -19,7 +19,7 @@ NEUTRAL: dict[str, Any] = {
     "manual_gc": False, "apply_rope_fusion": False, "cross_entropy_loss_fusion": False,
     "moe_permute_fusion": False, "grad_reduce_in_fp32": True,
     "memory_biggest_term": None, "memory_min_gpus": None, "memory_limit_gib": None, "shipped_recipe": None,
-    "step_time_estimate_s": None,
+    "step_time_estimate_s": None, "memory_host_node_gib": 0.0, "host_memory_limit_gib": None,
 }
 
 

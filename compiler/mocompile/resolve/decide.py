@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 from mocompile import memory, steptime
 from mocompile.optimizer_state import adam_peak_bytes, keeps_fp32_master
@@ -16,6 +17,7 @@ from mocompile.resolve.context import Context
 from mocompile.resolve.search import (
     Scorer,
     SearchResult,
+    host_limit_gib,
     knob_distance,
     layout_fits,
     leaner_layouts,
@@ -131,7 +133,7 @@ def lever_rungs(ctx: Context) -> list[Lever]:
     fp8_master = keeps_fp32_master(ctx["fp8"])  # remainders save nothing there
     if state_auto and ctx["te_version"] is not None and not ctx["optimizer_offload_fraction"]:
         rungs += [(s, 0.0, fsdp, act) for s in ("fp32-remainders", "bf16-moments")]
-    if offload_auto and (state_auto or ctx["optimizer_state"] == "fp32"):
+    if offload_auto and (state_auto or ctx["optimizer_state"] == "fp32") and not fsdp:  # FSD005
         rungs += [("fp32", f, fsdp, act) for f in OFFLOAD_SHARES]
     # each rung must hold less at the step's peak than where the plan stands and than every rung before it (a
     # recipe may start on a lower-precision state; bf16 moments peak above fp32 state: optimizer_state.py)
@@ -187,6 +189,13 @@ def _lever_kind(ctx: Context, rung: Lever) -> str:
     return "state"
 
 
+def _host_over(ctx: Context, mem: dict[str, Any]) -> str:
+    """Why a rung's plan pins more host memory per node than it may (rule MEM003), or '' if it does not."""
+    limit = host_limit_gib(ctx)
+    node = mem.get("host_gib", 0.0) * ctx["gpus_per_node"]
+    return f"{node:.0f} GiB of host memory per node over {limit:.0f} (MEM003)" if limit and node > limit else ""
+
+
 def climb_levers(ctx: Context, res: SearchResult) -> SearchResult:
     """Where the plan does not fit, the memory levers (both goals: a plan that does not fit never pays). Goal
     ``fit`` stops at the first rung that fits, in the guidance's order; ``throughput`` takes the first fitting
@@ -204,9 +213,11 @@ def climb_levers(ctx: Context, res: SearchResult) -> SearchResult:
         with lever_trial(ctx, *rung):
             trial = micro_batch(ctx) or search(ctx)
         w = trial.winner
+        host = _host_over(ctx, w.mem)
         tried.append(f"{lever_label(*rung)}: {w.mem['total_gib']:.1f} GiB"
-                     + (f", {w.step:.2f} s/step" if w.fits and not w.broken else ""))
-        if w.fits and not w.broken:
+                     + (f", {w.step:.2f} s/step" if w.fits and not w.broken and not host else "")
+                     + (f", but {host}" if w.fits and host else ""))
+        if w.fits and not w.broken and not host:
             found.append((rung, trial))
             if ctx.goal != "throughput":
                 break

@@ -91,15 +91,19 @@ def environment(ctx: Context) -> None:
 
 def _lightest_lever_count(ctx: Context) -> tuple[int, str] | None:
     """The smallest GPU count with the memory ladder's rungs the recipe leaves open (resolve/decide.py
-    lever_rungs): the last (most memory-saving) optimizer-state or offload rung, or Megatron-FSDP, whichever fits
-    on fewer GPUs; and how to ask for it; None if none is open or none fits."""
+    lever_rungs): the last (most memory-saving) optimizer-state or offload rung (or a lighter offload share where
+    host memory bounds the heaviest), or Megatron-FSDP, whichever fits on fewer GPUs; and how to ask for it; None
+    if none is open or none fits."""
     from mocompile.resolve.decide import lever_rungs, lever_trial
 
     rungs = lever_rungs(ctx)
     if not rungs:
         return None
-    heaviest = [r for r in rungs if not r[2] or ctx["use_megatron_fsdp"]][-1:] + \
-        [r for r in rungs if r[2] and not ctx["use_megatron_fsdp"]]  # the last state/offload rung, and FSDP
+    last = [r for r in rungs if not r[2] or ctx["use_megatron_fsdp"]][-1:]
+    # the last state/offload rung and FSDP; and every lighter offload share: it pins less host memory (rule
+    # MEM003), so where host memory bounds the heaviest it may fit on fewer nodes
+    lighter = [r for r in rungs if r[1] and r not in last and not r[2]] if last and last[0][1] else []
+    heaviest = lighter + last + [r for r in rungs if r[2] and not ctx["use_megatron_fsdp"]]
     counts = []
     for rung in heaviest:
         with lever_trial(ctx, *rung):
@@ -133,6 +137,13 @@ def memory_pass(ctx: Context) -> None:
     else:
         limit = ctx.set("memory_limit_gib", memory.usable_gib(gib), "derived",
                         f"the planner's headroom: {memory.limits()['headroom']:.0%} of the GPU's {gib} GiB (data/memory.yaml)")
+    node = ctx["gpus_per_node"]
+    ctx.set("memory_host_node_gib", round(est["host_gib"] * node, 1), "derived",
+            f"host memory the {node} GPUs of a node pin for offloaded optimizer state and activations")
+    host = ctx.hw.get("host_memory_gib")
+    ctx.set("host_memory_limit_gib", round(host * memory.limits()["host_headroom"], 1) if host else None, "derived",
+            f"{memory.limits()['host_headroom']:.0%} of the node's {host} GiB host memory (data/hardware.yaml, "
+            "data/memory.yaml host_headroom)" if host else "the GPU's catalogue entry names no host memory")
     terms = {k: est[k] for k in ("weights_and_optimizer_gib", "activations_gib", "logits_gib",
                                  "dispatcher_buffers_gib", "graph_buffers_gib")}
     big = max(terms, key=terms.__getitem__)

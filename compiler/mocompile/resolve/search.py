@@ -877,8 +877,8 @@ def _beyond_margin(sc: Scorer, ranked: list[Scored], anchor: Scored, margin: flo
 def min_gpus_that_fit(ctx: Context, limit_gpus: int = 16384) -> int | None:
     """The smallest GPU count, in whole nodes, on which some layout fits under the planner's headroom with the
     knobs that need the least memory (``_frugal_knob``, the pins kept) at the heaviest recompute rung: the
-    planner's own estimate and limit, so the planner finds a plan that fits there. None: no count up to
-    ``limit_gpus`` does.
+    planner's own estimate and limit, so the planner finds a plan that fits there; with an offload, also under
+    the host memory a node may pin (rule MEM003). None: no count up to ``limit_gpus`` does.
 
     Every node count counts, not only doublings (DeepSeek-V3 on H100 fits on 168 GPUs; doubling said 256). A
     layout's estimate never grows with the GPU count (data parallelism shards more of the optimizer state, and
@@ -888,11 +888,16 @@ def min_gpus_that_fit(ctx: Context, limit_gpus: int = 16384) -> int | None:
     frugal = _frugal_at(ctx)
     scorers: dict[int, Scorer] = {}
 
+    host = host_limit_gib(ctx) if ctx["optimizer_offload_fraction"] or ctx["offload_modules"] else None
+
     def fits(lay: Layout, world: int) -> bool:
         sc = scorers.get(world)
         if sc is None:
             sc = scorers[world] = Scorer(ctx, world)
-        return sc.total_gib(frugal(lay)) <= sc.limit
+        cand = frugal(lay)
+        if sc.total_gib(cand) > sc.limit:
+            return False
+        return host is None or sc.memory(cand)["host_gib"] * gpn <= host  # offloads: rule MEM003
 
     best: int | None = None
     for lay in _shapes(ctx):
@@ -909,6 +914,13 @@ def min_gpus_that_fit(ctx: Context, limit_gpus: int = 16384) -> int | None:
                 lo = mid + 1
         best = lo * step
     return best
+
+
+def host_limit_gib(ctx: Context) -> float | None:
+    """The host memory a node's offloaded optimizer state and activations may pin (rule MEM003): the catalogue's
+    host memory per node times the host headroom (data/memory.yaml); None where the GPU entry names none."""
+    host = ctx.hw.get("host_memory_gib")
+    return float(host) * memory.limits()["host_headroom"] if host else None
 
 
 def leaner_layouts(ctx: Context, model_parallel: int) -> set[Layout]:

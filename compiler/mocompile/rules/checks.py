@@ -209,6 +209,8 @@ CHECKS: dict[str, Check] = {
     "MOE003": lambda c: (c.get("first_k_dense") or 0) >= c["num_layers"],
     "ENV001": lambda c: _overlap(c) and str(c["env"].get("CUDA_DEVICE_MAX_CONNECTIONS", "")) == "1",
     "MEM001": lambda c: c.get("memory_estimate_gib", 0) > memory_limit(c),
+    "MEM003": lambda c: c.get("host_memory_limit_gib") is not None
+    and c.get("memory_host_node_gib", 0.0) > c["host_memory_limit_gib"],
     "MEM002": lambda c: bool(c.get("shipped_recipe"))
     and c["gpu_memory_gib"] < c.get("memory_estimate_gib", 0) <= memory_limit(c),
     "VER001": lambda c: not at_least(c["torch_version"], "2.6.0"),
@@ -243,6 +245,7 @@ CHECKS: dict[str, Check] = {
     "FSD004": lambda c: bool(c.get("use_megatron_fsdp")) and _ckpt_used(c) and c.get("ckpt_format") != "fsdp_dtensor",
     "FSD003": lambda c: bool(c.get("use_megatron_fsdp")) and c.get("data_parallel_size") == 1
     and c.get("expert_data_parallel_size") == 1,
+    "FSD005": lambda c: bool(c.get("use_megatron_fsdp")) and float(c.get("optimizer_offload_fraction") or 0) > 0,
     # Data, tokenizer, checkpoint and logging (issue 9). These read with .get: the resolver's
     # candidate trials run before these settings exist, and a missing one means "not configured".
     "TOK001": lambda c: (c.get("tokenizer_vocab_size") or 0) > c["vocab_size"],
