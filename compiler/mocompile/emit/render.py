@@ -226,6 +226,7 @@ def requirements(plan: Plan) -> dict[str, Any]:
                     if k in ("CUDA_DEVICE_MAX_CONNECTIONS", "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", "USE_MNNVL")}
     return {"torch": torch_min, "transformer_engine": te_min, "dispatch_import": dispatch, "env": required_env,
             "needs_nvcc": backend == "hybridep",
+            "nccl_ep": backend == "ncclep",  # RUN016: Transformer Engine's NCCL EP, built in and with a recent NCCL
             # RUN014: the Hugging Face model whose config Bridge's recipe reads at start-up (cache or hub)
             "hf_config": _hf_config(plan),
             # RUN013: the buffer one MoE layer builds, on one GPU (sizes only shape the probe's allocation)
@@ -281,7 +282,8 @@ def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
     files["preflight.sh"] = header.stamp_comment(t.get_template("preflight.sh.j2").render(
         **common, required_env=req["env"], torch_min=req["torch"], te_min=req["transformer_engine"],
         dispatch_import=tuple(req["dispatch_import"]) if req["dispatch_import"] else None,
-        needs_nvcc=req["needs_nvcc"], needs_apex=req["needs_apex"], emerging_min=req.get("emerging_optimizers"),
+        needs_nvcc=req["needs_nvcc"], nccl_ep=req["nccl_ep"], needs_apex=req["needs_apex"],
+        emerging_min=req.get("emerging_optimizers"),
         hybridep_probe=req["hybridep_probe"], io=preflight_io(plan), hf_config=_hf_config(plan)),
         source, ih, shebang="#!/usr/bin/env bash")
     targets = launch["targets"]
