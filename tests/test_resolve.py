@@ -326,7 +326,7 @@ def test_a_flex_dispatcher_missing_on_the_clusters_nodes_is_named_not_priced():
     why = analyse(mid, ["hardware.cluster=../../clusters/probed-h200x4.yaml"]).plan.settings["moe_token_dispatcher_type"].reason
     assert "deepep not offered (deep_ep missing" in why and "hybridep not offered (hybrid_ep missing" in why
     why = analyse(mid, []).plan.settings["moe_token_dispatcher_type"].reason  # lent-h100x4: no probe, both priced
-    assert "not offered" not in why and "deepep " in why
+    assert "not offered (deep_ep" not in why and "not offered (hybrid_ep" not in why and "deepep " in why
 
 
 def test_goal_fit_treats_memory_within_the_estimates_error_as_equal_and_takes_the_faster():

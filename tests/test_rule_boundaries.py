@@ -65,6 +65,9 @@ FLEX_DEEPEP = dict(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend
 FLEX_HYBRIDEP = dict(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep",
                      hybridep_ranks_per_domain=8)
 OVERLAP = dict(overlap_moe_expert_parallel_comm=True)
+# NCCL EP on a stack that has it (Transformer Engine 2.17; megatron-core 0.19.2 and Bridge 0.6.2 are the base's)
+FLEX_NCCLEP = dict(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="ncclep", te_version="2.17.0",
+                   gpu_flex_backends=["deepep", "hybridep", "ncclep"])
 
 # (rule, fails, passes): two configurations one step apart on one term of the rule.
 PROFILE = dict(use_pytorch_profiler=True, profile_step_start=2, profile_step_end=4, profile_ranks=[0],
@@ -187,6 +190,34 @@ BOUNDARIES = [
     # DSP008 SM count must be even: 26 is legal (not a multiple of 4), 25 is not
     ("DSP008", dict(**FLEX_DEEPEP, moe_flex_dispatcher_num_sms=25), dict(**FLEX_DEEPEP, moe_flex_dispatcher_num_sms=26)),
     ("DSP008", dict(**FLEX_DEEPEP, moe_flex_dispatcher_num_sms=25), dict(moe_flex_dispatcher_num_sms=25)),
+    # DSP004 holds for NCCL EP too (token_dispatcher.py 'NCCL EP dispatcher requires TPxEP > 1'): ETP counts
+    ("DSP004", dict(**FLEX_NCCLEP, expert_model_parallel_size=1), dict(**FLEX_NCCLEP, expert_model_parallel_size=2)),
+    ("DSP004", dict(**FLEX_NCCLEP, expert_model_parallel_size=1),
+     dict(**FLEX_NCCLEP, expert_model_parallel_size=1, expert_tensor_parallel_size=2)),
+    # DSP010 Bridge's GPU check (major 9 or 10: the catalogue's legal list), only under the flex dispatcher
+    ("DSP010", dict(**{**FLEX_NCCLEP, "gpu_flex_backends": ["deepep", "hybridep"]}), dict(**FLEX_NCCLEP)),
+    ("DSP010", dict(**{**FLEX_NCCLEP, "gpu_flex_backends": ["deepep", "hybridep"]}),
+     dict(moe_flex_dispatcher_backend="ncclep", gpu_flex_backends=["deepep", "hybridep"])),
+    # DSP011 Transformer Engine with transformer_engine.pytorch.ep: 2.17.0 is the first; no TE at all fails
+    ("DSP011", dict(**{**FLEX_NCCLEP, "te_version": "2.16.1"}), dict(**FLEX_NCCLEP)),
+    ("DSP011", dict(**{**FLEX_NCCLEP, "te_version": "2.12.0"}), dict(**{**FLEX_NCCLEP, "te_version": "2.18.0"})),
+    ("DSP011", dict(**{**FLEX_NCCLEP, "te_version": None}), dict(**FLEX_NCCLEP)),
+    ("DSP011", dict(**{**FLEX_NCCLEP, "te_version": "2.12.0"}), dict(te_version="2.12.0")),
+    # DSP012 megatron-core 0.19.0 first has the NCCL EP dispatcher; DSP013 Bridge 0.6.2 first accepts 'ncclep'
+    ("DSP012", dict(**FLEX_NCCLEP, mcore_version="0.18.2"), dict(**FLEX_NCCLEP, mcore_version="0.19.0")),
+    ("DSP012", dict(**FLEX_NCCLEP, mcore_version="0.18.2"), dict(mcore_version="0.18.2")),
+    ("DSP013", dict(**FLEX_NCCLEP, bridge_version="0.6.1"), dict(**FLEX_NCCLEP, bridge_version="0.6.2")),
+    ("DSP013", dict(**FLEX_NCCLEP, bridge_version="0.6.1"), dict(bridge_version="0.6.1")),
+    # DSP014 needs all three: ncclep, EP overlap, expert_fc1 offloaded
+    ("DSP014", dict(**FLEX_NCCLEP, **OVERLAP, offload_modules=["expert_fc1"]),
+     dict(**FLEX_NCCLEP, **OVERLAP, offload_modules=["moe_act"])),
+    ("DSP014", dict(**FLEX_NCCLEP, **OVERLAP, offload_modules=["expert_fc1"]),
+     dict(**FLEX_NCCLEP, offload_modules=["expert_fc1"])),
+    ("DSP014", dict(**FLEX_NCCLEP, **OVERLAP, offload_modules=["moe_act", "expert_fc1"]),
+     dict(**FLEX_HYBRIDEP, **OVERLAP, expert_model_parallel_size=8, offload_modules=["moe_act", "expert_fc1"])),
+    # DSP015 EP overlap with ncclep (no static shape): warned, on ncclep only
+    ("DSP015", dict(**FLEX_NCCLEP, **OVERLAP), dict(**FLEX_NCCLEP)),
+    ("DSP015", dict(**FLEX_NCCLEP, **OVERLAP), dict(**FLEX_DEEPEP, **OVERLAP)),
     ("DSP009", dict(**FLEX_HYBRIDEP, expert_model_parallel_size=8, fp8_dispatch=True),
      dict(**FLEX_HYBRIDEP, expert_model_parallel_size=8)),
     ("RC001", dict(recompute_granularity="selective", recompute_modules=["moe_act"], moe_grouped_gemm=False),

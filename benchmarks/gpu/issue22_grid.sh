@@ -29,6 +29,7 @@
 # Usage (repo root on the host; carry .te .whl .mcdeps and .deepep or .deepep-src):
 #   OUT=$OUT bash benchmarks/gpu/issue22_grid.sh setup deepep-bg resume deepep-wait     # nvidia-h100-x1
 #   OUT=$OUT bash benchmarks/gpu/issue22_grid.sh setup ncclep det time                  # nvidia-h100-x2
+#   BASE=recipes/bench/bench-te-mid-auto.yaml EP=4 OUT=$OUT bash benchmarks/gpu/issue22_grid.sh setup det  # -x4
 # $OUT gets console.log, results.tar.gz (rewritten after every run) and, after deepep-wait, the DeepEP wheel.
 set -uo pipefail
 mkdir -p "${OUT:?set OUT}" /tmp/i22/out
@@ -43,12 +44,12 @@ export PYTHONPATH="/tmp/mcdeps:${COMPILER:-${repo}/compiler}:/tmp/site${PYTHONPA
 mc() { "${MC_PYTHON:-python3}" -m mocompile "$@"; }
 CUDA_HOME="$(readlink -f "${CUDA_HOME:-/usr/local/cuda}")"; export CUDA_HOME
 GEN="${GEN:-/tmp/i22/gen}"
-BASE=recipes/bench/bench-te-mid2-auto.yaml
+BASE="${BASE:-recipes/bench/bench-te-mid2-auto.yaml}"   # 4 GPUs: BASE=recipes/bench/bench-te-mid-auto.yaml EP=4
 DET_ITERS="${DET_ITERS:-10}"
 TIME_ITERS="${TIME_ITERS:-20}"
 DET_PLANS="${DET_PLANS:-a2a-off a2a-on deepep-off deepep-on hybridep-off hybridep-on}"
 TIME_PLANS="${TIME_PLANS:-${DET_PLANS}}"
-COMMON="--set parallelism.tp=1 --set parallelism.pp=1 --set parallelism.ep=2 --set moe.delay_wgrad=false --set profile=null"
+COMMON="--set parallelism.tp=1 --set parallelism.pp=1 --set parallelism.ep=${EP:-2} --set moe.delay_wgrad=false --set profile=null"
 declare -A SETS=(
   [a2a-off]="--set moe.dispatcher=alltoall --set moe.overlap=false"
   [a2a-on]="--set moe.dispatcher=alltoall --set moe.overlap=true"

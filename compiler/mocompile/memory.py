@@ -14,6 +14,7 @@ import math
 import os
 from typing import Any
 
+from mocompile import ncclep
 from mocompile.datafiles import load_yaml
 from mocompile.optimizer_state import host_bytes, keeps_fp32_master, state_bytes_per_param, step_bytes
 
@@ -310,11 +311,15 @@ class Estimator:
         return hit
 
     def _buffers(self, ep: int, etp: int, backend: str | None, ranks: int | None) -> float:
-        """Dispatcher buffers (DeepEP and HybridEP allocate their own, outside PyTorch's allocator)."""
+        """Dispatcher buffers (DeepEP and HybridEP allocate their own, outside PyTorch's allocator; NCCL EP's
+        receive buffer comes from it, sized by the rank capacity factor)."""
         m = self.m
         buffers = 0.0
         if backend == "deepep":
             buffers = 1.0 * GIB + (1.0 * GIB if ep * etp > self.nvlink_domain else 0.0)
+        elif backend == "ncclep":  # allocated per dispatch at the dropless worst case (mocompile/ncclep.py)
+            buffers = ncclep.receive_bytes(self.seq * self.mbs, ep, etp, m["num_moe_experts"], m["moe_router_topk"],
+                                           m["hidden_size"])
         elif backend == "hybridep":
             ranks = ranks or ep * etp
             domains = max(1, (ep * etp) // ranks)

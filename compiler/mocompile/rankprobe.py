@@ -66,6 +66,9 @@ def probe_microbatches(plan: Plan) -> int:
     return max(1, min(m, max(2, 2 * int(plan["pipeline_model_parallel_size"]))))
 
 
+FLEX_NAMES = {"deepep": "DeepEP", "hybridep": "HybridEP", "ncclep": "NCCL EP"}
+
+
 def _substitutions(plan: Plan, m: int, m_probe: int) -> list[dict[str, Any]]:
     """What the probe runs differently from the plan, each with its rule and reason (model fields only: they are
     applied to ``cfg.model`` after ``build_config()``; the batch and the run-time switches are listed apart)."""
@@ -74,9 +77,10 @@ def _substitutions(plan: Plan, m: int, m_probe: int) -> list[dict[str, Any]]:
         backend = plan.get("moe_flex_dispatcher_backend")
         subs.append({"field": "moe_token_dispatcher_type", "plan": f"flex ({backend})", "probe": "alltoall",
                      "rule": "PRB002",
-                     "why": f"{'DeepEP' if backend == 'deepep' else 'HybridEP'} needs real peers (its buffers exchange "
-                            "IPC and NVSHMEM handles at construction); Megatron-LM refuses the flex dispatcher under a "
-                            "fake process group. The alltoall dispatcher moves the same tokens through PyTorch's "
+                     "why": f"{FLEX_NAMES.get(str(backend), str(backend))} needs real peers (its buffers exchange "
+                            f"{'an NCCL communicator' if backend == 'ncclep' else 'IPC and NVSHMEM handles'} at "
+                            "construction); Megatron-LM refuses the flex dispatcher under a fake process group. "
+                            "The alltoall dispatcher moves the same tokens through PyTorch's "
                             "allocator; the flex dispatcher's own buffers are outside it"})
     if not plan.get("moe_router_force_load_balancing"):
         subs.append({"field": "moe_router_force_load_balancing", "plan": False, "probe": True, "rule": "PRB003",

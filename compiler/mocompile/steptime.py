@@ -47,8 +47,9 @@ FP8_PRECISIONS = ("fp8-cs", "fp8-ds", "fp8-blockwise", "mxfp8", "nvfp4")
 PER_TENSOR_FP8 = ("fp8-cs", "fp8-ds")   # one scale per tensor: current or delayed scaling
 # Communication SMs a dispatcher's kernels occupy while they run (flex: its SM budget; NCCL: its channels).
 NCCL_A2A_SMS = 16
-# The flex dispatchers: one link efficiency serves both (``flex_efficiency`` in data/steptime.yaml says why).
-FLEX_BACKENDS = ("deepep", "hybridep")
+# The flex dispatchers: one link efficiency serves them all (``flex_efficiency`` in data/steptime.yaml says why;
+# NCCL EP is costed as DeepEP: no published or measured run of it exists for this model to fit).
+FLEX_BACKENDS = ("deepep", "hybridep", "ncclep")
 COLLECTIVE_EFFICIENCY = 0.75   # NCCL ring all-gather / reduce-scatter bus efficiency on large messages
 HBM_EFFICIENCY = 0.7           # share of HBM bandwidth elementwise kernels reach
 UNFUSED_SCORE_PASSES = 12      # HBM passes over the attention scores without fused attention (fwd + bwd)
@@ -459,7 +460,10 @@ class StepModel:
         share = 1.0 if cand.pp == 1 else math.ceil(units / (cand.pp * cand.vpp)) * cand.vpp / units
         comp, a2a, other = total_c * share, total_a * share, total_o * share
 
-        overlap_ok = cand.overlap and ((cand.pp == 1 and mb >= 2) or (cand.pp > 1 and cand.vpp > 1))
+        # ncclep without moe_ncclep_static_shape (never set by mocompile) syncs device to host in every MoE layer,
+        # which serialises the overlapped schedule (megatron-core transformer_config.py warns so): nothing is hidden.
+        overlap_ok = cand.overlap and cand.dispatcher != "ncclep" \
+            and ((cand.pp == 1 and mb >= 2) or (cand.pp > 1 and cand.vpp > 1))
         hidden, slowdown = 0.0, 0.0
         if overlap_ok and a2a > 0:
             hide = c["overlap_hide"] + (c["delay_wgrad_hide"] if cand.delay_wgrad else 0.0)
@@ -476,6 +480,8 @@ class StepModel:
             # that wait on each other across the compute and communication streams: each wait leaves the GPU a
             # launch-and-handshake gap, per layer and micro-batch, whether or not there is much to hide.
             slowdown += c["overlap_sync_s"] * n_moe_all * share
+        elif cand.overlap and cand.dispatcher == "ncclep":
+            slowdown = c["overlap_sync_s"] * n_moe_all * share  # the split schedule's waits, with nothing hidden
         offload_mb = 0.0
         if batch.offload_modules and cand.recompute[0] != "full":
             # Fine-grained activation offload copies the offloaded inputs to the host during the forward and back

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-ep8-mid-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:9cee4907541831d8 input sha256:f169acdc8876deaf
+# mocompile: checksum sha256:f9e28f15c550684a input sha256:f169acdc8876deaf
 """bench-ep8-mid-auto: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (a small test MoE) on 8x NVIDIA H100 80GB HBM3, goal throughput.
@@ -164,7 +164,7 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     # Bridge's own helper sets the flex dispatcher and clears shared-expert overlap.
-    apply_flex_dispatcher_backend(model, 'hybridep')  # goal: part of the chosen plan (0.42 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall +22 ms; deepep same predicted step
+    apply_flex_dispatcher_backend(model, 'hybridep')  # goal: part of the chosen plan (0.42 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall +22 ms; deepep same predicted step; ncclep not offered (the target stack has no NCCL EP: DSP011)
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
         overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.42 s/step; see tensor_model_parallel_size); overlap on: +7 ms

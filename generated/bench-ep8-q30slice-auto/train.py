@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-ep8-q30slice-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:89708a058f1ea9c4 input sha256:c06862264633ed24
+# mocompile: checksum sha256:49dd4bcbe5daec75 input sha256:c06862264633ed24
 """bench-ep8-q30slice-auto: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-30B-A3B on 8x NVIDIA H100 80GB HBM3, goal throughput.
@@ -164,7 +164,7 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     # Bridge's own helper sets the flex dispatcher and clears shared-expert overlap.
-    apply_flex_dispatcher_backend(model, 'hybridep')  # goal: part of the chosen plan (0.80 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall +27 ms; deepep same predicted step
+    apply_flex_dispatcher_backend(model, 'hybridep')  # goal: part of the chosen plan (0.80 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall +27 ms; deepep same predicted step; ncclep not offered (the target stack has no NCCL EP: DSP011)
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
         overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.80 s/step; see tensor_model_parallel_size); overlap on: +8 ms

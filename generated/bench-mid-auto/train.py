@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-mid-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:508e08c025f902e4 input sha256:ba308b22be8db5d4
+# mocompile: checksum sha256:ff1780fb6ce71807 input sha256:ba308b22be8db5d4
 """bench-mid-auto: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (a small test MoE) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -136,8 +136,8 @@ def build_config() -> ConfigContainer:
     model.expert_model_parallel_size = 4  # goal: part of the chosen plan (0.47 s/step; see tensor_model_parallel_size)
     model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.47 s/step; see tensor_model_parallel_size)
     model.sequence_parallel = False  # goal: part of the chosen plan (0.47 s/step; see tensor_model_parallel_size)
-    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (0.47 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -27 ms; hybridep -27 ms
-    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (0.47 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -27 ms; hybridep -27 ms
+    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (0.47 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -27 ms; hybridep -27 ms; ncclep not offered (the target stack has no NCCL EP: DSP011)
+    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (0.47 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -27 ms; hybridep -27 ms; ncclep not offered (the target stack has no NCCL EP: DSP011)
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid1-det.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:6d2ce2ab9cc44d79 input sha256:ae1cc12dcb29fab9
+# mocompile: checksum sha256:fb5c82c6201a168a input sha256:ae1cc12dcb29fab9
 """bench-te-mid1-det: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (a small test MoE) on 1x NVIDIA H100 80GB HBM3, goal throughput.
@@ -126,8 +126,8 @@ def build_config() -> ConfigContainer:
     model.expert_model_parallel_size = 1  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size)
     model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size)
     model.sequence_parallel = False  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size)
-    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep illegal or does not fit; hybridep illegal or does not fit
-    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep illegal or does not fit; hybridep illegal or does not fit
+    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep illegal or does not fit; hybridep illegal or does not fit; ncclep not offered (the target stack has no NCCL EP: DSP011)
+    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep illegal or does not fit; hybridep illegal or does not fit; ncclep not offered (the target stack has no NCCL EP: DSP011)
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = True  # user: pinned in the recipe

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid2-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:8c175b256298dc6c input sha256:514407a2163cdd8e
+# mocompile: checksum sha256:556abd027aff59ff input sha256:514407a2163cdd8e
 """bench-te-mid2-auto: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (a small test MoE) on 2x NVIDIA H100 80GB HBM3, goal throughput.
@@ -127,8 +127,8 @@ def build_config() -> ConfigContainer:
     model.expert_model_parallel_size = 2  # goal: part of the chosen plan (0.36 s/step; see tensor_model_parallel_size)
     model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.36 s/step; see tensor_model_parallel_size)
     model.sequence_parallel = False  # goal: part of the chosen plan (0.36 s/step; see tensor_model_parallel_size)
-    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (0.36 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -20 ms; hybridep -20 ms
-    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (0.36 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -20 ms; hybridep -20 ms
+    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (0.36 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -20 ms; hybridep -20 ms; ncclep not offered (the target stack has no NCCL EP: DSP011)
+    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (0.36 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -20 ms; hybridep -20 ms; ncclep not offered (the target stack has no NCCL EP: DSP011)
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = True  # user: pinned in the recipe

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/custom-moe-b200x8.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:e0869681b526d7af input sha256:6341e99c59d6e90e
+# mocompile: checksum sha256:3a0552efcaca8a5e input sha256:6341e99c59d6e90e
 """custom-moe-b200x8: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 research-moe-12b on 8x NVIDIA B200 (HGX/DGX B200), goal throughput.
@@ -153,7 +153,7 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     # Bridge's own helper sets the flex dispatcher and clears shared-expert overlap.
-    apply_flex_dispatcher_backend(model, 'hybridep')  # goal: part of the chosen plan (3.43 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall +0.21 s; deepep same predicted step
+    apply_flex_dispatcher_backend(model, 'hybridep')  # goal: part of the chosen plan (3.43 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall +0.21 s; deepep same predicted step; ncclep not offered (the target stack has no NCCL EP: DSP011)
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
         overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (3.43 s/step; see tensor_model_parallel_size); overlap on: +0.18 s

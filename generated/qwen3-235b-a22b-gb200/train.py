@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-235b-a22b-gb200.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:4b989f11cbe5dfc3 input sha256:c862d18dba0b3c94
+# mocompile: checksum sha256:ce11423dde7f3fa9 input sha256:c862d18dba0b3c94
 """qwen3-235b-a22b-gb200: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-235B-A22B on 128x NVIDIA GB200 NVL72, goal throughput.
@@ -135,7 +135,7 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     # Bridge's own helper sets the flex dispatcher and clears shared-expert overlap.
-    apply_flex_dispatcher_backend(model, 'hybridep')  # goal: part of the chosen plan (19.19 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall +1.10 s
+    apply_flex_dispatcher_backend(model, 'hybridep')  # goal: part of the chosen plan (19.19 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall +1.10 s; ncclep not offered (the target stack has no NCCL EP: DSP011)
     cfg.mixed_precision = get_mixed_precision_config('bf16_mixed')
     # the precision config writes this into the DDP config at setup: set it here, not only above
     cfg.mixed_precision.grad_reduce_in_fp32 = False

@@ -47,6 +47,7 @@ TE_SHIM_DIR = os.path.join(HERE, "te_shim")
 
 # name, major, minor, SM count (SM counts are informational; Bridge reads name/major only)
 GPUS: dict[str, tuple[str, int, int, int]] = {
+    "a100": ("NVIDIA A100-SXM4-80GB", 8, 0, 108),
     "h100": ("NVIDIA H100 80GB HBM3", 9, 0, 132),
     "h200": ("NVIDIA H200", 9, 0, 132),
     "b200": ("NVIDIA B200", 10, 0, 148),

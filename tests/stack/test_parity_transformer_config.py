@@ -113,6 +113,7 @@ MESSAGES: list[tuple[str, set[str]]] = [
     (r"full recompute is only supported with full iteration CUDA graph", {"CG007"}),
     (r"moe recompute is not supported with moe_router CUDA graph", {"CG008"}),
     (r"attn_proj cannot be set to offload_modules alone without core_attn", {"AOF001"}),
+    (r"overlap_moe_expert_parallel_comm with ncclep does not support offloading", {"DSP014"}),
     (r"Cannot offload .* while recomputing the entire MoE layer", {"AOF002"}),
     (r"fine-grained activation offloading with cuda_graph_impl='local' only supports", {"AOF005"}),
 ]
@@ -171,6 +172,8 @@ def tc_kwargs(c: dict, torch) -> dict:
         transformer_impl=c["transformer_impl"],
         fine_grained_activation_offloading=bool(c.get("offload_modules")),
         offload_modules=list(c.get("offload_modules") or []),
+        # set by mocompile for ncclep plans only (resolve/derived.py ncclep_budget); Megatron-Core's default otherwise
+        moe_expert_rank_capacity_factor=c.get("moe_expert_rank_capacity_factor"),
         # What every generated recipe sets (pretraining; the catalogued HF configs give 0.0 too).
         # Megatron-Core's default 0.1 would add its graphed-recompute dropout checks (tc:2545-2566).
         attention_dropout=0.0, hidden_dropout=0.0,
@@ -462,8 +465,8 @@ if given is not None:
         prec = draw(st.sampled_from(sorted(PRECISIONS)))
         c["bf16"], c["fp16"], c["fp8"], c["fp4"] = PRECISIONS[prec]
         c["precision"] = prec
-        dispatcher = draw(st.sampled_from(["alltoall", "allgather", "deepep", "hybridep"]))
-        c["moe_token_dispatcher_type"] = "flex" if dispatcher in ("deepep", "hybridep") else dispatcher
+        dispatcher = draw(st.sampled_from(["alltoall", "allgather", "deepep", "hybridep", "ncclep"]))
+        c["moe_token_dispatcher_type"] = "flex" if dispatcher in ("deepep", "hybridep", "ncclep") else dispatcher
         c["moe_flex_dispatcher_backend"] = dispatcher if c["moe_token_dispatcher_type"] == "flex" else None
         c["moe_flex_dispatcher_num_sms"] = draw(st.sampled_from([None, 20, 21])) if dispatcher != "alltoall" else None
         gran = draw(st.sampled_from([None, "selective", "full"]))

@@ -280,6 +280,8 @@ def context(plan: Plan, source: str) -> dict[str, Any]:
     model_assignments = [_assign(plan, f) for f in MODEL_FIELDS if not (flex and f in (
         "moe_token_dispatcher_type", "moe_flex_dispatcher_backend"))]
     model_assignments.insert(0, {"field": "seq_length", "value": plan["seq_length"], "comment": "training.seq_length"})
+    if flex and plan["moe_flex_dispatcher_backend"] == "ncclep":  # Megatron-Core builds no NCCL EP dispatcher without it
+        model_assignments.append(_assign(plan, "moe_expert_rank_capacity_factor"))
     if recipe and te and plan["gradient_accumulation_fusion"] is False:
         # Bridge's provider turns it on whenever TE imports; without Apex the output layer raises at build
         # (found by the rank probe: the custom-model path set it, Bridge's recipe path did not)

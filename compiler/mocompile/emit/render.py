@@ -226,6 +226,7 @@ def requirements(plan: Plan) -> dict[str, Any]:
                     if k in ("CUDA_DEVICE_MAX_CONNECTIONS", "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", "USE_MNNVL")}
     return {"torch": torch_min, "transformer_engine": te_min, "dispatch_import": dispatch, "env": required_env,
             "needs_nvcc": backend == "hybridep",
+            "nccl_ep": backend == "ncclep",  # RUN016: Transformer Engine's NCCL EP, built in and with a recent NCCL
             # RUN014: the Hugging Face model whose config Bridge's recipe reads at start-up (cache or hub)
             "hf_config": _hf_config(plan),
             # RUN013: the buffer one MoE layer builds, on one GPU (sizes only shape the probe's allocation)
@@ -281,7 +282,8 @@ def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
     files["preflight.sh"] = header.stamp_comment(t.get_template("preflight.sh.j2").render(
         **common, required_env=req["env"], torch_min=req["torch"], te_min=req["transformer_engine"],
         dispatch_import=tuple(req["dispatch_import"]) if req["dispatch_import"] else None,
-        needs_nvcc=req["needs_nvcc"], needs_apex=req["needs_apex"], emerging_min=req.get("emerging_optimizers"),
+        needs_nvcc=req["needs_nvcc"], nccl_ep=req["nccl_ep"], needs_apex=req["needs_apex"],
+        emerging_min=req.get("emerging_optimizers"),
         hybridep_probe=req["hybridep_probe"], io=preflight_io(plan), hf_config=_hf_config(plan)),
         source, ih, shebang="#!/usr/bin/env bash")
     targets = launch["targets"]
@@ -306,6 +308,10 @@ def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
         files["trainjob.yaml"] = header.stamp_comment(t.get_template(template).render(
             **common, k8s_name=re.sub(r"[^a-z0-9-]", "-", plan.name.lower()).strip("-")[:63] or "mocompile",
             namespace=k8s.get("namespace", "default"), runtime=k8s.get("runtime", "torch-distributed"),
+            # Unpinned on purpose: no NeMo container is documented with the lock's stack (Bridge 0.6.2, megatron-core
+            # 0.19.2, TE 2.12). Bridge's docs/releases/software-versions.md (v0.6.0, r0.6.0, main 067f987d) lists
+            # 26.06 = Bridge 0.5.0 / megatron-core 0.18.0 / TE 2.16 and 26.02 = Bridge 0.3.0 / 0.16 / TE 2.12; set
+            # launch.container to pin one.
             image=launch.get("container") or "nvcr.io/nvidia/nemo:latest",
             workdir=workdir, command=command, roles=roles, rdma=plan.get("kubernetes_rdma"),
             mounts=[(f"host-{i}", path, "DirectoryOrCreate" if path in written else "Directory")

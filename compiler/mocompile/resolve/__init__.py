@@ -22,6 +22,7 @@ PASSES: tuple[Callable[[Context], None], ...] = (
     tuning.host_and_fusion,   # before the search: the gradient dtype changes what fits
     decide.plan,
     derived.p2p_and_grads,
+    derived.ncclep_budget,
     derived.environment,
     derived.memory_pass,
 )

@@ -342,8 +342,9 @@ def plan(ctx: Context) -> None:
             ctx.set(name, value, "derived", "off under EP overlap and with flex dispatchers (OVL010, Bridge's "
                     "apply_flex_dispatcher_backend); else the provider's default", rules=["OVL010"] if w.cand.overlap else None)
         elif name == "moe_flex_dispatcher_num_sms":
-            ctx.set(name, value, "derived", "flex dispatcher SM budget used by the shipped perf recipes"
-                    if value else "no flex dispatcher")
+            ctx.set(name, value, "derived", "flex dispatcher SM budget used by the shipped perf recipes" if value else
+                    "NCCL EP picks its own SM count (Megatron-Core passes 0 to Transformer Engine)"
+                    if w.cand.dispatcher == "ncclep" else "no flex dispatcher")
         elif name.startswith("recompute_"):
             if not w.fits:
                 why = "nothing fits: heaviest recompute"

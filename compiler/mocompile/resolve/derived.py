@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mocompile import memory
+from mocompile import memory, ncclep
 from mocompile.ir import Decision
 from mocompile.resolve.context import Context
 from mocompile.resolve.search import min_gpus_that_fit
@@ -35,6 +35,19 @@ def p2p_and_grads(ctx: Context) -> None:
             path=("recompute", "offload_modules"))
     ctx.set("use_te_rng_tracker", ctx["cuda_graph_impl"] not in (None, "none"), "derived",
             "CUDA graphs need TE's RNG tracker" if ctx["cuda_graph_impl"] not in (None, "none") else "no graphs")
+
+
+def ncclep_budget(ctx: Context) -> None:
+    """moe_expert_rank_capacity_factor for an ncclep plan: Megatron-Core 0.19 requires one for NCCL EP, and a rank
+    over its budget stops the job, so the dropless worst case (mocompile/ncclep.py). Other plans leave it unset."""
+    if ctx["moe_token_dispatcher_type"] != "flex" or ctx["moe_flex_dispatcher_backend"] != "ncclep":
+        return
+    ep = ctx["expert_model_parallel_size"]
+    factor = ncclep.rank_capacity_factor(ep, ctx["num_moe_experts"], ctx["moe_router_topk"])
+    ctx.set("moe_expert_rank_capacity_factor", factor, "derived",
+            f"NCCL EP's receive budget, required by Megatron-Core's _NCCLEPManager (token_dispatcher.py): EP {ep} x "
+            f"min(top-k, experts per rank) / top-k, the most a rank can receive, so dropless routing never exceeds it",
+            path=("moe", "dispatcher"))
 
 
 def _env(ctx: Context, key: str, value: str, reason: str) -> None:

@@ -24,12 +24,13 @@ from mocompile import layout as layouts
 from mocompile import memory, plancache, steptime
 from mocompile.datafiles import load_yaml
 from mocompile.resolve.context import Context
-from mocompile.rules.checks import package_missing
+from mocompile.rules.checks import ncclep_unavailable, package_missing
 from mocompile.rules.engine import VERSION_KEYS, rules
 from mocompile.steptime import Batch, Candidate, StepEstimate
 
-FLEX = ("deepep", "hybridep")
-DEFAULT_SMS = {"deepep": 20, "hybridep": 32}
+FLEX = ("deepep", "hybridep", "ncclep")
+# None: Megatron-Core passes 0 to Transformer Engine's NCCL EP, which lets NCCL choose (token_dispatcher.py _NCCLEPManager)
+DEFAULT_SMS: dict[str, int | None] = {"deepep": 20, "hybridep": 32, "ncclep": None}
 HEADROOM = memory.limits()["headroom"]  # share of GPU memory a plan may fill (data/memory.yaml)
 ROUTER_SCOPES = ["moe_router", "moe_preprocess"]
 LAYOUT_SHORTLIST = 16      # layouts kept after the first (default-knob) scoring
@@ -172,8 +173,11 @@ def _dispatchers(ctx: Context) -> list[str]:
     # (the model costs their links alike; the documented default, reference.default_dispatcher, prefers HybridEP).
     # A flex backend the cluster profile's probe found missing there (`mocompile probe`) would only fail its
     # preflight (RUN003/RUN013): not offered.
-    return ["alltoall"] + [b for b in ("hybridep", "deepep") if b in ctx["gpu_flex_backends"]
-                           and package_missing(b, ctx["cluster_missing"]) is None]
+    # NCCL EP comes last (its link efficiency is DeepEP's, unmeasured) and only where the target stack has it
+    # (DSP011-DSP013: the lock's Transformer Engine 2.12 has no transformer_engine.pytorch.ep).
+    return ["alltoall"] + [b for b in ("hybridep", "deepep", "ncclep") if b in ctx["gpu_flex_backends"]
+                           and package_missing(b, ctx["cluster_missing"]) is None
+                           and (b != "ncclep" or ncclep_unavailable(ctx) is None)]
 
 
 def _bools(ctx: Context, path: tuple[str, str], goal_default: list[bool]) -> list[bool]:
@@ -662,6 +666,9 @@ def effects(ctx: Context, res_winner: Scored) -> dict[str, str]:
             continue
         if need := package_missing(disp, ctx["cluster_missing"]):
             alts.append(f"{disp} not offered ({need} missing on the cluster profile's nodes)")
+            continue
+        if disp == "ncclep" and (rule := ncclep_unavailable(ctx)):
+            alts.append(f"ncclep not offered (the target stack has no NCCL EP: {rule})")
             continue
         d = _flip(sc, w, dispatcher=disp, num_sms=None)
         alts.append(f"{disp} {'illegal or does not fit' if d is None else signed_step(d)}")

@@ -107,6 +107,21 @@ def package_missing(backend: str | None, missing: list[str] | None) -> str | Non
     return need if need and need in (missing or []) else None
 
 
+# Where NCCL EP (flex backend ``ncclep``) first exists in each package of the target stack, and the rule that
+# refuses a target below it (the rule catalogue cites the upstream sources).
+NCCLEP_MINIMUMS = (("DSP011", "te_version", "2.17.0"), ("DSP012", "mcore_version", "0.19.0"),
+                   ("DSP013", "bridge_version", "0.6.2"))
+
+
+def ncclep_unavailable(c: Any) -> str | None:
+    """The rule ID that refuses ``ncclep`` on this target stack (no Transformer Engine, or a TE, Megatron-Core or
+    Megatron-Bridge release before NCCL EP), else None. The planner offers ``ncclep`` only where this is None."""
+    for rule, key, minimum in NCCLEP_MINIMUMS:
+        if not at_least(c[key], minimum):  # c: flat settings, or the resolver's Context
+            return rule
+    return None
+
+
 def missing_package(c: Cfg) -> str | None:
     """The package the chosen flex backend needs that the cluster profile's probe found missing there."""
     return package_missing(_backend(c), c.get("cluster_missing"))
@@ -178,6 +193,14 @@ CHECKS: dict[str, Check] = {
     "DSP008": lambda c: c["moe_token_dispatcher_type"] == "flex" and c["moe_flex_dispatcher_num_sms"] is not None
     and c["moe_flex_dispatcher_num_sms"] % 2 != 0,
     "DSP009": lambda c: _backend(c) == "hybridep" and c["fp8_dispatch"],
+    # NCCL EP (moe.dispatcher ncclep): Bridge's GPU check, then the first releases that have it (NCCLEP_MINIMUMS)
+    "DSP010": lambda c: _backend(c) == "ncclep" and "ncclep" not in c["gpu_flex_backends"],
+    "DSP011": lambda c: _backend(c) == "ncclep" and _te_below(c, "2.17.0"),
+    "DSP012": lambda c: _backend(c) == "ncclep",  # catalogue versions: megatron-core < 0.19.0
+    "DSP013": lambda c: _backend(c) == "ncclep",  # catalogue versions: Megatron-Bridge < 0.6.2
+    # offload_modules non-empty is what turns fine_grained_activation_offloading on (resolve/derived.py)
+    "DSP014": lambda c: _backend(c) == "ncclep" and _overlap(c) and "expert_fc1" in (c.get("offload_modules") or []),
+    "DSP015": lambda c: _backend(c) == "ncclep" and _overlap(c),
     "RC001": lambda c: "moe_act" in _modules(c) and not c["moe_grouped_gemm"],
     "RC002": lambda c: "mla_up_proj" in _modules(c) and not c["multi_latent_attention"],
     "RC003": lambda c: c["recompute_granularity"] == "full"

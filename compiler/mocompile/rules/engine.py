@@ -76,6 +76,7 @@ def context(cfg: dict[str, Any]) -> dict[str, Any]:
         nvte_nondeterministic=(cfg.get("env") or {}).get("NVTE_ALLOW_NONDETERMINISTIC_ALGO"),
         nvte_cpu_offload=(cfg.get("env") or {}).get("NVTE_CPU_OFFLOAD_V1"),
         hybridep_ranks=cfg.get("hybridep_ranks_per_domain"),
+        te_display=f"Transformer Engine {cfg['te_version']}" if cfg.get("te_version") else "no Transformer Engine",
         stages=pp * vpp,
         layers_per_rank=cfg.get("num_layers", 0) // max(1, pp),
         num_microbatches=cfg.get("global_batch_size", 0)
