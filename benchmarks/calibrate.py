@@ -72,7 +72,7 @@ def setup(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], steptime
                               graphs=row["graphs"], num_sms=row.get("num_sms"))
     batch = steptime.Batch(row["seq"], row["mbs"], row["gbs"], row["precision"], row["force_balance"],
                            row["te"], row["te"],  # no TE: local spec and no grouped GEMM
-                           fp8_attention=row["fp8_attention"])
+                           fp8_attention=row["fp8_attention"], optimizer=row.get("optimizer", "adam"))
     return m, hw, cand, batch
 
 

@@ -481,3 +481,71 @@ def test_the_planner_picks_a_measured_good_plan_for_the_te_grid():
     assert not s.get("overlap_moe_expert_parallel_comm")
     assert not s.get("delay_wgrad_compute")
     assert s.get("moe_token_dispatcher_type") == "alltoall" or s.get("moe_flex_dispatcher_backend") == "deepep"
+
+
+# -- Muon (Megatron-Core's LayerWiseDistributedOptimizer behind Bridge's dist_muon) ------------------------------------
+
+def test_newton_schulz_flops_whiten_the_smaller_dimension():
+    """emerging_optimizers' newton_schulz: per step A = X X^T (2 s^2 l), B = bA + cA A (2 s^3), X = aX + B X (2 s^2 l),
+    with s the smaller dimension (it transposes a tall matrix), 5 steps (Bridge's muon_num_ns_steps)."""
+    assert steptime._ns_flops(1024, 1024) == 5 * 6 * 1024 ** 3              # square: 6 n^3 per step
+    assert steptime._ns_flops(2048, 7168) == steptime._ns_flops(7168, 2048)  # transposed: the same work
+    assert steptime._ns_flops(2048, 7168) == 5 * (4 * 2048 ** 2 * 7168 + 2 * 2048 ** 3)
+
+
+def test_muon_blockwise_tp_orthogonalizes_each_shard_on_its_own_rank():
+    """Bridge's muon_tp_mode "blockwise": no all-gather, no duplicated work: each TP rank whitens its own shard of the
+    column-parallel (rows / TP) and row-parallel (cols / TP) weights; MLA's down projections are not split."""
+    mla = dict(TOY, attention="mla", kv_channels=128, q_lora_rank=256, kv_lora_rank=128)
+    one, two = steptime.muon_matrices(mla, 1)["moe"], steptime.muon_matrices(mla, 2)["moe"]
+    assert two[0] == one[0] and two[2] == one[2]                      # q and kv down projections: whole
+    assert two[1] == (one[1][0] / 2, one[1][1]) and two[4] == (one[4][0], one[4][1] / 2)
+    # a rank whitens its shard, less than the whole matrix the "duplicated" mode would whiten on every rank
+    for i in (1, 3, 4):
+        assert steptime._ns_flops(*two[i]) < steptime._ns_flops(*one[i])
+    # GQA with muon_split_qkv: Q, K and V whitened separately, plus the output projection; experts: fc1 (gated), fc2
+    gqa = steptime.muon_matrices(TOY, 1)
+    assert gqa["moe"][:4] == [(16 * 64, 1024), (4 * 64, 1024), (4 * 64, 1024), (1024, 16 * 64)]
+    assert gqa["expert"] == [(2 * 512, 1024), (1024, 512)]
+    assert steptime.muon_matrices(TOY, 1, etp=2)["expert"] == [(512, 1024), (1024, 256)]
+
+
+def test_muon_gathers_updated_weights_only_over_groups_larger_than_one():
+    """allgather_params sends each rank's updated bf16 weights to the rest of its DP (experts: expert-DP) group after the
+    step; a group of one gathers nothing (EP x PP = world: EDP 1, as every shipped Kimi-K2 recipe runs)."""
+    h = hw(gpus_per_node=8)
+    _, none = steptime.muon_seconds(TOY, h, Candidate(tp=1, pp=2, ep=4), 8, EASY)      # DP 4, EDP 1
+    p = steptime.parameters(TOY)
+    dense = (p["attention"] + p["dense_mlp"] + p["shared"] + p["router"] + p["embedding"]) / 2
+    assert none == pytest.approx(dense * 2.0 * 3 / 4 / (450e9 * steptime.COLLECTIVE_EFFICIENCY))
+    _, both = steptime.muon_seconds(TOY, h, Candidate(tp=1, pp=2, ep=2), 8, EASY)      # DP 4, EDP 2
+    experts = p["experts"] / (2 * 2)
+    assert both - none == pytest.approx(experts * 2.0 * 1 / 2 / (450e9 * steptime.COLLECTIVE_EFFICIENCY))
+    _, alone = steptime.muon_seconds(TOY, h, Candidate(tp=2, pp=4, ep=2), 8, EASY)     # DP 1, EDP 1
+    assert alone == 0.0
+    # across nodes the gather runs at the NIC's bandwidth
+    _, net = steptime.muon_seconds(TOY, hw(gpus_per_node=4), Candidate(tp=1, pp=2, ep=2), 8, EASY)
+    assert net == pytest.approx(both * 450 / hw()["nic_gbps"])
+
+
+def test_muon_step_per_gpu_does_not_depend_on_how_experts_split_between_ep_and_expert_dp():
+    """Owned work is the stage's experts / (EP x EDP): whole-matrix ownership spreads it like Adam's shard, so EP 4 with
+    EDP 1 and EP 2 with EDP 2 step the same (the gather, not the step, is what EDP > 1 adds)."""
+    h = hw(gpus_per_node=8)
+    a, _ = steptime.muon_seconds(TOY, h, Candidate(pp=2, ep=4), 8, EASY)
+    b, _ = steptime.muon_seconds(TOY, h, Candidate(pp=2, ep=2), 8, EASY)
+    assert a == pytest.approx(b)
+    # and it is more than Adam's memory-bound step: the Newton-Schulz GEMMs and twice the HBM passes
+    assert a > steptime.optimizer_seconds(TOY, h, Candidate(pp=2, ep=4), 8, 0.0, EASY)
+
+
+def test_muon_changes_only_the_optimizer_terms_of_the_estimate():
+    h, cand = hw(gpus_per_node=8), Candidate(pp=2, ep=2)
+    adam = steptime.estimate(TOY, h, cand, Batch(1024, 1, 64), 8, EASY)
+    muon = steptime.estimate(TOY, h, cand, Batch(1024, 1, 64, optimizer="muon"), 8, EASY)
+    assert "param_gather" not in adam.terms                      # Adam plans' figures and locks are unchanged
+    step, gather = steptime.muon_seconds(TOY, h, cand, 8, EASY)
+    assert muon.terms["param_gather"] == gather and muon.terms["optimizer"] == step
+    assert muon.step_s - adam.step_s == pytest.approx(step + gather - adam.terms["optimizer"])
+    assert {k: v for k, v in muon.terms.items() if k not in ("optimizer", "param_gather")} == \
+        {k: v for k, v in adam.terms.items() if k != "optimizer"}

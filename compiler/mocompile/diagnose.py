@@ -224,7 +224,7 @@ def wall(parts: dict[str, Any]) -> tuple[str, dict[str, float]]:
         total = sum(v for k, v in m.items() if k != "a2a_total") or 1.0
         shares = {"host": m.get("host_bound", 0.0) / total,
                   "communication": (m.get("a2a_exposed", 0.0) + m.get("tp_cp", 0.0) + m.get("pp_p2p", 0.0)
-                                    + m.get("dp_exposed", 0.0)) / total,
+                                    + m.get("dp_exposed", 0.0) + m.get("param_gather", 0.0)) / total,
                   "compute": (m.get("compute", 0.0) + m.get("recompute", 0.0)) / total}
     shares = {k: round(v, 3) for k, v in shares.items()}
     if parts.get("memory_headroom") is not None and parts["memory_headroom"] < 0.05:

@@ -24,7 +24,9 @@ Terms, per GPU of the slowest pipeline stage, summed over the step:
                (hardware ``host_factor``: 1 for the DGX-class nodes of the published rows; the project's lent VM
                hosts are ``lent_host_factor`` slower); a micro-batch takes the smooth max of GPU and host time
   optimizer    the Adam step as HBM passes over the parameter state this GPU holds (dense over DP, experts over
-               expert-DP): weighs in steps of few micro-batches
+               expert-DP): weighs in steps of few micro-batches. Muon (Megatron-Core's LayerWiseDistributedOptimizer,
+               Bridge's ``dist_muon``): its HBM passes, the Newton-Schulz GEMMs of the whole matrices this GPU owns, and
+               the all-gather of the updated parameters after the step, which nothing overlaps (``muon_seconds``)
   overlap      (above) also: only (mb - 1) / mb of the all-to-all can hide with PP 1, and every MoE layer of every
                micro-batch pays the overlapped schedule's cross-stream waits (``overlap_sync_s``)
 Natural routing loads the busiest expert rank above the mean (expert compute and all-to-all);
@@ -100,6 +102,7 @@ class Batch:
     optimizer_offload: float = 0.0  # share of Adam's state and step on the host CPU (optimizer_state.py)
     fsdp: bool = False           # Megatron-FSDP: weights gathered and gradients reduce-scattered every micro-batch
     offload_modules: tuple[str, ...] = ()  # fine-grained activation offload (memory.offloaded_bytes_per_token)
+    optimizer: str = "adam"      # adam | muon (Megatron-Core's LayerWiseDistributedOptimizer: ``muon_seconds``)
 
 
 @dataclass
@@ -225,6 +228,17 @@ def _layers(m: dict[str, Any]) -> tuple[int, int, int]:
 
 # -- the model -----------------------------------------------------------------------------------
 
+def _peak_bf16(hw: dict[str, Any], c: dict[str, float]) -> float:
+    """The BF16 dense peak the GEMMs are costed against (FLOP/s)."""
+    peak_bf16 = hw["bf16_dense_tflops"] * 1e12
+    if hw.get("arch") == "blackwell":
+        peak_bf16 *= c["blackwell_efficiency"]
+        if _cc(hw) == "10.3":  # Blackwell Ultra (B300/GB300)
+            peak_bf16 *= c["blackwell_ultra_gain"]
+    # a cluster profile's kernel probe: this cluster's GEMM speed relative to a reference Hopper SXM GPU
+    return peak_bf16 * float(hw.get("gemm_scale") or 1.0)
+
+
 def _gemm_eff(rows: float, c: dict[str, float]) -> float:
     """Achieved share of peak for GEMMs of ``rows`` tokens: saturates for large ones."""
     return c["gemm_efficiency"] * rows / (rows + c["gemm_half_rows"])
@@ -322,13 +336,7 @@ class StepModel:
         self.f = f = _per_token(_model_key(m), s)
         self.n_moe, self.n_dense, self.mtp = _layers(m)
         self.fp8 = batch.precision in FP8_PRECISIONS
-        peak_bf16 = hw["bf16_dense_tflops"] * 1e12
-        if hw.get("arch") == "blackwell":
-            peak_bf16 *= c["blackwell_efficiency"]
-            if _cc(hw) == "10.3":  # Blackwell Ultra (B300/GB300)
-                peak_bf16 *= c["blackwell_ultra_gain"]
-        # a cluster profile's kernel probe: this cluster's GEMM speed relative to a reference Hopper SXM GPU
-        peak_bf16 *= float(hw.get("gemm_scale") or 1.0)
+        peak_bf16 = _peak_bf16(hw, c)
         self.peak_bf16 = peak_bf16                      # the attention core's, unless FP8 attention is on
         self.peak = peak_bf16 * (c["fp8_gain"] if self.fp8 else 1.0)
         self.imbalance = 1.0 if batch.force_balance else c["natural_imbalance"]
@@ -337,7 +345,7 @@ class StepModel:
         self._a2a: dict[tuple[Any, ...], float] = {}
         self._rc: dict[tuple[Any, ...], dict[str, float]] = {}
         self._host: dict[tuple[Any, ...], tuple[float, float]] = {}
-        self._per_layout: dict[tuple[int, ...], tuple[float, float]] = {}
+        self._per_layout: dict[tuple[int, ...], tuple[float, float, float]] = {}
 
     def _compute_terms(self, tp: int, cp: int, ep: int) -> tuple[float, ...]:
         """Per-layer forward times of one micro-batch and the TP/CP collectives: they depend on TP, CP, EP."""
@@ -507,10 +515,14 @@ class StepModel:
         lay_key = (cand.tp, cand.pp, cand.cp, cand.ep, cand.etp)
         per_layout = self._per_layout.get(lay_key)
         if per_layout is None:
-            per_layout = self._per_layout[lay_key] = (_dp_traffic(m, hw, cand, world, dp),
-                                                      optimizer_seconds(m, hw, cand, world,
-                                                                        self.batch.optimizer_offload, c))
-        dp_traffic, opt = per_layout
+            if batch.optimizer == "muon":
+                muon_step, gather = muon_seconds(m, hw, cand, world, c)
+                per_layout = (_dp_traffic(m, hw, cand, world, dp), muon_step, gather)
+            else:
+                per_layout = (_dp_traffic(m, hw, cand, world, dp),
+                              optimizer_seconds(m, hw, cand, world, batch.optimizer_offload, c), 0.0)
+            self._per_layout[lay_key] = per_layout
+        dp_traffic, opt, param_gather = per_layout
         if self.batch.fsdp:
             # Megatron-FSDP gathers every layer's weights for its forward and again for its backward and
             # reduce-scatters its gradients, in every micro-batch: 3 passes of the DP traffic's 2 per step. The next
@@ -518,8 +530,11 @@ class StepModel:
             # cover is exposed, in each micro-batch.
             dp_comm = mb * max(0.0, 1.5 * dp_traffic - gpu_mb)
         else:
+            # Muon (no distributed optimizer): the DDP gradient all-reduce moves the bytes of the reduce-scatter plus
+            # all-gather counted here and overlaps the backward the same way; the layer-wise optimizer's all-gather
+            # of the updated parameters runs after its step, exposed (``param_gather``, ``muon_seconds``)
             dp_comm = _dp_exposed(dp_traffic, per_mb)
-        step = steady + bubble + pp_comm + dp_comm + opt + c["step_overhead_s"]
+        step = steady + bubble + pp_comm + dp_comm + opt + param_gather + c["step_overhead_s"]
         flops = self.flops
         recompute = mb * share * (n_moe_all * moe_rc + n_dense * dense_rc)
         terms = {"compute": mb * comp - recompute, "a2a_total": mb * a2a,
@@ -527,6 +542,8 @@ class StepModel:
                  "tp_cp": mb * other, "host_bound": mb * (per_mb - gpu_mb), "pp_p2p": pp_comm, "dp_exposed": dp_comm,
                  "optimizer": opt, "act_offload": mb * offload_mb,
                  "recompute": recompute}
+        if batch.optimizer == "muon":
+            terms["param_gather"] = param_gather
         notes = []
         if cand.overlap and not overlap_ok:
             notes.append("EP overlap has nothing to overlap (one micro-batch in flight)")
@@ -594,6 +611,97 @@ def optimizer_seconds(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, wo
     return gpu + host
 
 
+# Muon, as Bridge's Kimi-K2 recipes build it (``recipes/kimi/h100/kimi_k2.py _apply_kimi_k2_optimizer("muon")``:
+# ``distributed_muon_with_cosine_annealing`` = optimizer ``dist_muon``, ``ddp.use_distributed_optimizer`` and
+# ``overlap_param_gather`` False). Megatron-Core 0.19 (``optimizer/__init__.py _get_megatron_emerging_optimizer``)
+# wraps it in ``LayerWiseDistributedOptimizer`` on its legacy path (no ``full_param_layout`` without the distributed
+# optimizer): DDP all-reduces every gradient, each DP rank (expert-DP for expert weights) steps the whole matrices
+# it owns (``_shard_params_ping_pong``: sorted by size, dealt out in a ping-pong loop), then ``allgather_params``
+# all-gathers the updated bf16 weights, inside ``step_with_ready_grads``.
+MUON_NS_STEPS = 5   # muon_num_ns_steps (Bridge's distributed_muon_with_cosine_annealing; MCore OptimizerConfig)
+# HBM bytes per owned parameter of one step, from the kernels it runs (fp32 master/momentum, bf16 weight and
+# gradient buffer): Float16OptimizerWithFloat16Params copies the bf16 gradient to fp32 (2 + 4), norm for clipping (4)
+# and clip (8); emerging_optimizers' OrthogonalizedOptimizer.step: decoupled weight decay on the master (8), momentum
+# lerp (12), Nesterov lerp (12); newton_schulz: normalise (12), cast to bf16 for fp32_matmul_prec "medium" (6) and back
+# (6); TensorParallelMuon's scale factors (16); the update (12); Float16's copy to the bf16 weight (6); zeroing the
+# gradient buffer (2).
+MUON_STEP_BYTES = 110.0
+
+
+def _ns_flops(rows: float, cols: float, steps: int = MUON_NS_STEPS) -> float:
+    """FLOPs of emerging_optimizers' ``newton_schulz`` on a rows x cols matrix: it transposes to whiten the smaller
+    dimension s (the larger is l), and each ``newton_schulz_step`` runs A = X X^T (2 s^2 l), B = b A + c A A (2 s^3)
+    and X = a X + B X (2 s^2 l)."""
+    small, large = min(rows, cols), max(rows, cols)
+    return steps * (4.0 * small * small * large + 2.0 * small ** 3)
+
+
+def muon_matrices(m: dict[str, Any], tp: int = 1, etp: int = 1) -> dict[str, list[tuple[float, float]]]:
+    """The (rows, cols) of each matrix Muon orthogonalizes, as one GPU holds it: ``"moe"`` per MoE layer (attention,
+    shared expert, router), ``"dense"`` per dense layer, ``"expert"`` per routed expert (fc1, fc2).
+
+    Megatron-Core routes every 2-D weight but the embedding and output layer to Muon
+    (``emerging_optimizers._is_nonlinear_or_embedding``). Bridge's default ``muon_tp_mode`` is ``"blockwise"``:
+    ``TensorParallelMuon.orthogonalize`` passes no partition dim, so each TP (expert: ETP) shard is orthogonalized on
+    its own rank, no gather and no duplicated work: column-parallel weights split their rows, row-parallel ones their
+    columns. ``muon_split_qkv`` (default True) orthogonalizes Q, K and V of a fused QKV separately; MLA's down
+    projections are not split by TP."""
+    h = m["hidden_size"]
+    heads, kv = m["num_attention_heads"], m["kv_channels"]
+    if m.get("attention") == "mla":
+        q_lora, kv_lora = m.get("q_lora_rank", 1536), m.get("kv_lora_rank", 512)
+        nope, rope = m.get("qk_head_dim", 128), m.get("qk_pos_emb_head_dim", 64)
+        attn = [(q_lora, h), (heads * (nope + rope) / tp, q_lora), (kv_lora + rope, h),
+                (heads * (nope + kv) / tp, kv_lora), (h, heads * kv / tp)]
+    else:
+        groups = m["num_query_groups"]
+        attn = [(heads * kv / tp, h), (groups * kv / tp, h), (groups * kv / tp, h), (h, heads * kv / tp)]
+    g = 2 if m.get("gated_linear_unit", True) else 1
+    shared = m.get("shared_expert_size") or 0
+    moe = attn + ([(g * shared / tp, h), (h, shared / tp)] if shared else []) + [(m["num_moe_experts"], h)]
+    dense = attn + [(g * m["ffn_hidden_size"] / tp, h), (h, m["ffn_hidden_size"] / tp)]
+    f_e = m["moe_ffn_hidden_size"]
+    return {"moe": moe, "dense": dense, "expert": [(g * f_e / etp, h), (h, f_e / etp)]}
+
+
+def muon_seconds(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, world: int,
+                 c: dict[str, float] | None = None) -> tuple[float, float]:
+    """Muon's optimizer step and its exposed parameter all-gather on one GPU of the slowest stage, in seconds.
+
+    The step: ``MUON_STEP_BYTES`` of HBM passes per parameter this GPU owns (dense over DP, experts over expert-DP, as
+    Adam's shard) and the Newton-Schulz GEMMs of the whole matrices it owns (``muon_matrices``, ``_ns_flops``), run in
+    BF16 (``fp32_matmul_prec="medium"``: ``newton_schulz`` casts to bf16) at the GEMM efficiency of their smaller
+    dimension. The ping-pong deal balances the owned matrices, so a GPU runs 1/DP of its stage's dense matrices and
+    1/EDP of its experts.
+
+    The all-gather: ``LayerWiseDistributedOptimizer.allgather_params`` sends each rank's updated bf16 weights to the
+    other ranks of its DP group (expert weights: expert-DP group) after the step; Bridge's Muon recipes run with
+    ``overlap_param_gather`` False, so nothing hides it. A group of one (DP 1, or EP x PP = world) gathers nothing."""
+    c = constants() if c is None else c
+    n_moe, n_dense, mtp = _layers(m)
+    mats = muon_matrices(m, cand.tp, cand.etp)
+    peak = _peak_bf16(hw, c)
+
+    def seconds(ms: list[tuple[float, float]]) -> float:
+        return sum(_ns_flops(r, q) / (peak * _gemm_eff(min(r, q), c)) for r, q in ms)
+
+    dp = max(1, world // (cand.tp * cand.pp * cand.cp))
+    edp = max(1, world // (cand.ep * cand.etp * cand.pp))
+    stage = 1.0 / cand.pp
+    ns = ((n_moe + mtp) * seconds(mats["moe"]) + n_dense * seconds(mats["dense"])) * stage / dp \
+        + (n_moe + mtp) * m["num_moe_experts"] / cand.ep * seconds(mats["expert"]) * stage / edp
+    p = parameters(m)
+    dense = (p["attention"] + p["dense_mlp"] + p["shared"] + p["router"] + p["embedding"]) / (cand.tp * cand.pp)
+    experts = p["experts"] / (cand.ep * cand.etp * cand.pp)
+    step = (dense / dp + experts / edp) * MUON_STEP_BYTES / (hw["hbm_tbps"] * 1e12 * HBM_EFFICIENCY) + ns
+    gather = 0.0
+    for params, group in ((dense, dp), (experts, edp)):
+        if group > 1:
+            link = hw["nic_gbps"] if world > hw["gpus_per_node"] else hw["nvlink_gbps"]
+            gather += params * 2.0 * (group - 1) / group / (link * 1e9 * COLLECTIVE_EFFICIENCY)
+    return step, gather
+
+
 def _dp_exposed(dp_traffic: float, per_mb: float) -> float:
     """The DP traffic (``_dp_traffic``) beyond what one micro-batch's compute hides."""
     return max(0.0, dp_traffic - per_mb)
@@ -617,4 +725,5 @@ def _dp_traffic(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, world: i
     return t
 
 
-__all__ = ["Batch", "Candidate", "StepEstimate", "StepModel", "a2a_seconds", "constants", "covers", "estimate", "flops_per_token"]
+__all__ = ["Batch", "Candidate", "StepEstimate", "StepModel", "a2a_seconds", "constants", "covers", "estimate", "flops_per_token",
+           "muon_matrices", "muon_seconds"]

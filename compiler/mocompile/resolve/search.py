@@ -361,7 +361,8 @@ class Scorer:
         self.batch = Batch(ctx["seq_length"], ctx["micro_batch_size"], ctx["global_batch_size"], ctx["precision"],
                            bool(ctx["moe_router_force_load_balancing"]), ctx["te_version"] is not None,
                            bool(ctx["moe_grouped_gemm"]), optimizer_offload=float(ctx["optimizer_offload_fraction"]),
-                           fsdp=bool(ctx["use_megatron_fsdp"]), offload_modules=tuple(ctx["offload_modules"]))
+                           fsdp=bool(ctx["use_megatron_fsdp"]), offload_modules=tuple(ctx["offload_modules"]),
+                           optimizer=ctx["optimizer"] or "adam")
         self.hw = dict(ctx.hw, nvlink_domain=ctx.hw["nvlink_domain"], gpus_per_node=ctx["gpus_per_node"])
         self.count = 0
         self._mem: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -976,7 +977,9 @@ def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None, goal: 
     names = {"compute": "compute", "a2a_exposed": "exposed all-to-all", "overlap_slowdown": "SMs lost to overlapped "
              "communication", "bubble": "pipeline bubble", "tp_cp": "TP/CP collectives", "host_bound": "host (CPU launch) time",
              "pp_p2p": "pipeline sends", "dp_exposed": "exposed DP gradient/parameter traffic", "recompute": "recompute",
-             "act_offload": "exposed activation offload traffic"}
+             "act_offload": "exposed activation offload traffic",
+             "param_gather": "Muon's parameter all-gather after its step (Megatron-Core "
+             "LayerWiseDistributedOptimizer.allgather_params, not overlapped)"}
     slower = loser.step - winner.step
     if anchor is not None and slower < 0:
         d = knob_distance(loser.cand, anchor.cand)
