@@ -116,5 +116,5 @@ def test_mem001s_lever_count_names_activation_offload_when_that_is_the_rung_it_c
     ctx = context_for("schema: 1\nname: r\n" + LONG.replace(
         "global_batch_size: 64}", "global_batch_size: 64, optimizer_state: bf16-moments, optimizer_offload: 0}")
         .replace("cp: 1}", "cp: 1, fsdp: false}"))
-    n, how = derived._lightest_lever_count(ctx)
+    n, how = derived._lightest_lever_count(ctx, None)  # no plain count: no ratio
     assert n >= 8 and how == "recompute.offload_modules: [core_attn, attn_proj, expert_fc1, moe_act] (activation offload)"

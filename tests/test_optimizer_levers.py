@@ -5,6 +5,7 @@ says when the recipe closes it, and what train.py emits."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -158,6 +159,10 @@ def test_with_every_lever_closed_mem001_names_the_gpu_count_and_the_lever_that_w
     # one node fewer than fits with the whole state offloaded: MEM001 says how many GPUs fit with the recipe's
     # optimizer state (bf16 moments: 16 B at the step's peak), and with the offload: 7 nodes
     assert res.returncode == 1 and "is 208 (56 with training.optimizer_offload: 1" in res.stdout
+    # and what the fewer GPUs cost: at the same global batch each of 56 GPUs computes 208/56 = 3.7x the tokens of
+    # one of 208, and the CPU Adam step comes on top, so the predicted ratio is above 3.7
+    ratio = float(re.search(r"predicted ([0-9.]+)x the step time on 208\)", res.stdout).group(1))
+    assert 208 / 56 < ratio < 10
     seven = _intent(tmp_path, "model: deepseek-v3\nhardware: {gpu: h100, nodes: 7}\ngoal: fit\n")
     assert run_cli("lint", str(seven)).returncode == 0
     # with the offload pinned off, no lever is left open that fits on fewer GPUs: no note

@@ -5,7 +5,7 @@ from __future__ import annotations
 from mocompile import memory, ncclep
 from mocompile.ir import Decision
 from mocompile.resolve.context import Context
-from mocompile.resolve.search import min_gpus_that_fit
+from mocompile.resolve.search import frugal_step, min_gpus_that_fit
 from mocompile.resolve.tuning import sm_margins
 
 
@@ -102,7 +102,7 @@ def environment(ctx: Context) -> None:
             ctx.env[key] = Decision(value, "user", "launch.env", position=ctx.doc.positions.get(("launch", "env", key)))
 
 
-def _lightest_lever_count(ctx: Context) -> tuple[int, str] | None:
+def _lightest_lever_count(ctx: Context, plain: int | None) -> tuple[int, str] | None:
     """The smallest GPU count with the memory ladder's rungs the recipe leaves open (resolve/decide.py
     lever_rungs): the last (most memory-saving) optimizer-state or offload rung (or a lighter offload share where
     host memory bounds the heaviest), or Megatron-FSDP, whichever fits on fewer GPUs; and how to ask for it; None
@@ -129,6 +129,12 @@ def _lightest_lever_count(ctx: Context) -> tuple[int, str] | None:
         f"training.optimizer_offload: {share:g} (Adam's state and step on the host CPU)" if share else \
         f"recompute.offload_modules: [{', '.join(act)}] (activation offload)" if list(act) != list(ctx["offload_modules"]) \
         else f"training.optimizer_state: {state}"
+    if plain is not None and n < plain:  # what the fewer GPUs cost: both counts' fastest layout, the same test
+        with lever_trial(ctx, state, share, fsdp, act):
+            slow = frugal_step(ctx, n)
+        fast = frugal_step(ctx, plain)
+        if slow and fast:
+            how += f", predicted {slow / fast:.1f}x the step time on {plain}"
     return n, how
 
 
@@ -167,7 +173,7 @@ def memory_pass(ctx: Context) -> None:
         ctx.set("memory_min_gpus", n if n is not None else "more than 16384", "derived",
                 "smallest GPU count (whole nodes) with a layout that fits under the headroom, with the knobs that "
                 "need the least memory and the heaviest recompute (resolve/search.py min_gpus_that_fit)")
-        lever = _lightest_lever_count(ctx)
+        lever = _lightest_lever_count(ctx, n)
         ctx.set("memory_lever_note", f" ({lever[0]} with {lever[1]})" if lever and (n is None or lever[0] < n)
                 else "", "derived", "the count with Adam's heaviest memory lever the recipe leaves open, if smaller")
     else:

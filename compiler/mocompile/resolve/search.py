@@ -924,6 +924,22 @@ def min_gpus_that_fit(ctx: Context, limit_gpus: int = 16384) -> int | None:
     return best
 
 
+def frugal_step(ctx: Context, world: int) -> float | None:
+    """The predicted step time on ``world`` GPUs of the fastest layout that passes ``min_gpus_that_fit``'s test
+    there (the least-memory knobs at the heaviest recompute rung, the context's levers, host memory included): what
+    MEM001 compares a lever's GPU count with the plain count by. None: no layout fits there."""
+    sc, frugal = Scorer(ctx, world), _frugal_at(ctx)
+    host = host_limit_gib(ctx) if ctx["optimizer_offload_fraction"] or ctx["offload_modules"] else None
+    best: float | None = None
+    for lay in layouts_for(ctx, world):
+        cand = frugal(lay)
+        if sc.total_gib(cand) > sc.limit or (host is not None and sc.memory(cand)["host_gib"] * ctx["gpus_per_node"] > host):
+            continue
+        step = sc.score(cand).step
+        best = step if best is None else min(best, step)
+    return best
+
+
 def host_limit_gib(ctx: Context) -> float | None:
     """The host memory a node's offloaded optimizer state and activations may pin (rule MEM003): the catalogue's
     host memory per node times the host headroom (data/memory.yaml); None where the GPU entry names none."""
