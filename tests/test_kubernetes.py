@@ -124,3 +124,17 @@ def test_the_validator_is_not_vacuous():
     bad = copy.deepcopy(doc)
     bad["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["env"][0]["value"] = 8
     assert _errors(bad)
+
+
+def test_without_a_container_the_job_names_the_unpinned_image_and_says_so():
+    """No NeMo container is documented with the lock's stack (Megatron-Bridge 0.6.2, megatron-core 0.19.2): the
+    default image stays nvcr.io/nvidia/nemo:latest, and both the manifest and `explain` say it is unpinned; a
+    recipe's own launch.container replaces it and the note goes."""
+    from mocompile.pipeline import analyse
+    files, doc = _manifests("recipes/tiny-moe-h100x2.yaml")
+    text = files["trainjob.yaml"]
+    assert '# unpinned: no NeMo container is documented' in text and 'image: "nvcr.io/nvidia/nemo:latest"' in text
+    assert analyse(str(ROOT / "recipes/tiny-moe-h100x2.yaml")).plan.settings["kubernetes_image"].reason.startswith(
+        "no launch.container: NeMo's unpinned image")
+    pinned, _ = _manifests("recipes/qwen3-30b-a3b-h100x16-hybridep.yaml")  # launch.container: nvcr.io/nvidia/nemo:25.11
+    assert "unpinned" not in pinned["trainjob.yaml"] and 'image: "nvcr.io/nvidia/nemo:25.11"' in pinned["trainjob.yaml"]

@@ -37,3 +37,10 @@ def in_range(version: str | None, spec: str) -> bool:
         if not ok:
             return False
     return True
+
+
+# The Kubernetes job's image when the recipe names none. Unpinned on purpose: no NeMo container is documented with
+# the lock's stack (Bridge 0.6.2, megatron-core 0.19.2, TE 2.12): Bridge's docs/releases/software-versions.md (v0.6.0,
+# r0.6.0, main 067f987d) lists 26.06 = Bridge 0.5.0 / megatron-core 0.18.0 / TE 2.16 and 26.02 = Bridge 0.3.0 / 0.16 /
+# TE 2.12. explain shows it as the kubernetes_image setting, and the job's manifest says so beside the image.
+DEFAULT_IMAGE = "nvcr.io/nvidia/nemo:latest"

@@ -308,11 +308,8 @@ def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
         files["trainjob.yaml"] = header.stamp_comment(t.get_template(template).render(
             **common, k8s_name=re.sub(r"[^a-z0-9-]", "-", plan.name.lower()).strip("-")[:63] or "mocompile",
             namespace=k8s.get("namespace", "default"), runtime=k8s.get("runtime", "torch-distributed"),
-            # Unpinned on purpose: no NeMo container is documented with the lock's stack (Bridge 0.6.2, megatron-core
-            # 0.19.2, TE 2.12). Bridge's docs/releases/software-versions.md (v0.6.0, r0.6.0, main 067f987d) lists
-            # 26.06 = Bridge 0.5.0 / megatron-core 0.18.0 / TE 2.16 and 26.02 = Bridge 0.3.0 / 0.16 / TE 2.12; set
-            # launch.container to pin one.
-            image=launch.get("container") or "nvcr.io/nvidia/nemo:latest",
+            image=plan.get("kubernetes_image"),  # launch.container, or the unpinned default (versions.DEFAULT_IMAGE)
+            image_unpinned=not launch.get("container"),
             workdir=workdir, command=command, roles=roles, rdma=plan.get("kubernetes_rdma"),
             mounts=[(f"host-{i}", path, "DirectoryOrCreate" if path in written else "Directory")
                     for i, path in enumerate(plan.get("container_mounts") or [])]), source, ih)

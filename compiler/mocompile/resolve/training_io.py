@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from mocompile.ir import Decision, Document, Plan
+from mocompile.versions import DEFAULT_IMAGE
 
 MOCK_SPLIT = "99990,8,2"  # what mock recipes have always used (Bridge's own recipe value)
 DEFAULT_SAVE_INTERVAL = 1000
@@ -131,6 +132,7 @@ def decisions(intent: dict[str, Any], doc: Document) -> dict[str, Decision]:
     return out
 
 
+
 def apply(plan: Plan, doc: Document) -> Plan:
     """Add these settings to a resolved plan (call before the rule check)."""
     from mocompile.resolve import kubernetes, mounts
@@ -146,4 +148,11 @@ def apply(plan: Plan, doc: Document) -> Plan:
     plan.settings["kubernetes_target"] = Decision(
         "kubernetes" in ((plan.intent.get("launch") or {}).get("targets") or []), "user" if written else "default",
         "launch.targets", position=doc.position(("launch", "targets")) if written else None)
+    container = (plan.intent.get("launch") or {}).get("container")
+    plan.settings["kubernetes_image"] = Decision(
+        container or DEFAULT_IMAGE, "user" if container else "default",
+        "launch.container" if container else "no launch.container: NeMo's unpinned image, since no NeMo container is "
+        "documented with the lock's stack (Megatron-Bridge docs/releases/software-versions.md lists none with Bridge "
+        "0.6); set launch.container to one you have checked",
+        position=doc.position(("launch", "container")) if container else None)
     return plan
