@@ -24,6 +24,7 @@ def printed_ids() -> set[str]:
         ids |= set(re.findall(r'Diagnostic\(\s*"([A-Z][A-Z0-9]*)"', text))
         ids |= set(re.findall(r'rule\s*=\s*"([A-Z][A-Z0-9]*)"', text))
         ids |= set(re.findall(r'"rule":\s*"([A-Z][A-Z0-9]*)"', text))  # findings built as dicts (rankprobe.py)
+        ids |= set(re.findall(r'\b_error\(\s*"([A-Z][A-Z0-9]*)"', text))  # a module's error helper (hfconfig.py)
     for path in (PACKAGE / "emit" / "templates").glob("*.j2"):
         ids |= set(re.findall(r"\b(?:RUN|PRB)\d{3}\b", path.read_text()))
     return ids

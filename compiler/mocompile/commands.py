@@ -139,6 +139,29 @@ def _fmtname(args: argparse.Namespace) -> str:
     return "text" if args.format == "auto" else args.format
 
 
+def _listing(gen_dir: str) -> set[str]:
+    """Relative paths under a generated folder: its files, and the files of its sub-folders (hf_config/)."""
+    out = set()
+    for name in os.listdir(gen_dir):
+        path = os.path.join(gen_dir, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            out |= {f"{name}/{sub}" for sub in os.listdir(path)} or {name}
+        else:
+            out.add(name)
+    return out
+
+
+def _vendored_record(gen_dir: str) -> dict[str, str]:
+    """What the lock on disk says about the files copied verbatim into ``gen_dir`` (their sha256)."""
+    from mocompile.emit.writer import vendored
+
+    try:
+        with open(os.path.join(gen_dir, "mocompile.lock.json"), encoding="utf-8", newline="") as fh:
+            return vendored(fh.read())
+    except OSError:
+        return {}
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from mocompile.emit import header
 
@@ -160,14 +183,15 @@ def cmd_check(args: argparse.Namespace) -> int:
             report.append({"recipe": path, "file": "", "status": "invalid", "detail": r.errors[0].message})
             continue
         expected_dirs.add(r.plan.name)
+        gen_dir = os.path.join(out_dir, r.plan.name)
+        recorded = _vendored_record(gen_dir)
         for rel, fresh in r.files.items():
             target = os.path.join(out_dir, r.plan.name, rel)
-            status, detail = header.compare(target, fresh)
+            status, detail = header.compare(target, fresh, recorded.get(rel))
             report.append({"recipe": path, "file": target, "status": status, "detail": detail,
                            "fresh": fresh if status == "stale" else ""})
-        gen_dir = os.path.join(out_dir, r.plan.name)
         if os.path.isdir(gen_dir):
-            for extra in sorted(set(os.listdir(gen_dir)) - set(r.files)):
+            for extra in sorted(_listing(gen_dir) - set(r.files)):
                 report.append({"recipe": path, "file": os.path.join(gen_dir, extra), "status": "extra",
                                "detail": "not produced by the compiler any more"})
     if os.path.isdir(out_dir) and not args.recipes:

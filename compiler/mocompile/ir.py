@@ -55,6 +55,7 @@ class Document:
     files: list[str]  # every file read, base files first (for the lock hash)
     text: dict[str, str] = field(default_factory=dict)
     cluster: dict[str, Any] | None = None  # the cluster profile hardware.cluster names (mocompile.cluster)
+    hf_config: dict[str, Any] | None = None  # the Hugging Face config.json model_config names (mocompile.hfconfig)
 
     def position(self, path: Path) -> Position:
         """Position of ``path``, or of its nearest ancestor that has one."""

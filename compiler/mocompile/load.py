@@ -306,6 +306,7 @@ def load(path: str, sets: list[str] | None = None, unsets: list[str] | None = No
         doc.data["name"] = stem
         doc.positions[("name",)] = Position(path, 1, 1)
     doc = apply_overrides(doc, sets or [], unsets or [])
-    from mocompile import cluster
+    from mocompile import cluster, hfconfig
     cluster.read(doc)
+    hfconfig.read(doc)
     return doc

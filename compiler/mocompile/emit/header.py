@@ -69,14 +69,19 @@ def verify(text: str) -> bool | None:
     return stored == digest(body)
 
 
-def compare(path: str, fresh: str) -> tuple[str, str]:
-    """Status of ``path`` against a fresh compile: current, missing, edited, stale."""
+def compare(path: str, fresh: str, recorded_sha256: str | None = None) -> tuple[str, str]:
+    """Status of ``path`` against a fresh compile: current, missing, edited, stale. ``recorded_sha256``: for a
+    file copied verbatim (no header), the sha256 the lock beside it records."""
     if not os.path.exists(path):
         return "missing", "not generated yet"
     with open(path, encoding="utf-8", errors="replace", newline="") as fh:  # byte-exact: no CR translation
         text = fh.read()
     if text == fresh:
         return "current", ""
+    if recorded_sha256 is not None:
+        if hashlib.sha256(text.encode("utf-8")).hexdigest() != recorded_sha256:
+            return "edited", "edited by hand (its sha256 no longer matches the one mocompile.lock.json records)"
+        return "stale", "the file model_config names changed since it was copied"
     ok = verify(text)
     if ok is None:
         return "edited", "has no mocompile header (written by hand?)"

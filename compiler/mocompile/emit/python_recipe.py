@@ -322,6 +322,9 @@ def context(plan: Plan, source: str) -> dict[str, Any]:
         "recipe": recipe,
         "needs_hf_config": bool(bridge.get("needs_hf_config")) if recipe else False,
         "hf_id": m.get("hf_id"),
+        # model_config: the vendored HF config Bridge's recipe reads instead of the hub (mocompile.hfconfig)
+        "vendored": ({"model_id": m["hf_id"], "file": m["vendored_config"]["copy"],
+                      "sha256": m["vendored_config"]["sha256"]} if recipe and m.get("vendored_config") else None),
         "custom_model": None if recipe else _custom_model(plan),
         "layer_spec": "default_layer_spec" if te else "local_layer_spec",
         "model_assignments": model_assignments,

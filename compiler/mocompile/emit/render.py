@@ -181,6 +181,7 @@ def lock(plan: Plan) -> dict[str, Any]:
         "versions": {"megatron_core": plan["mcore_version"], "megatron_bridge": plan["bridge_version"],
                      "torch": plan["torch_version"], "transformer_engine": plan["te_version"]},
         "requirements": requirements(plan),
+        **({"model_config": model_config(plan)} if plan.model.get("vendored_config") else {}),
         "settings": {k: _located(d) for k, d in sorted(plan.settings.items())},
         "env": {k: _located(d) for k, d in sorted(plan.env.items())},
         # train.py starts from Bridge's recipe config and sets these fields only (each from the named setting)
@@ -241,9 +242,27 @@ def requirements(plan: Plan) -> dict[str, Any]:
 
 
 def _hf_config(plan: Plan) -> str | None:
-    """The Hugging Face model whose config Bridge's recipe reads at start-up (preflight RUN014), if any."""
+    """The Hugging Face model whose config Bridge's recipe reads from the HF cache or the hub at start-up (preflight
+    RUN014), if any: none where the recipe vendors it (``model_config``)."""
     bridge = plan.model.get("bridge") or {}
+    if plan.model.get("vendored_config"):
+        return None
     return plan.model.get("hf_id") if bridge.get("recipe") and bridge.get("needs_hf_config") else None
+
+
+def model_config(plan: Plan) -> dict[str, Any]:
+    """The lock's record of a vendored HF config: where it came from, its copy's sha256 (``check`` and the writer
+    compare the copy with it) and the numbers it was checked against."""
+    v = plan.model["vendored_config"]
+    return {"hf_id": plan.model["hf_id"], "source": _rel(v["source"]), "copy": v["copy"], "sha256": v["sha256"],
+            "model_type": v["model_type"], "architectures": v["architectures"], "matched": v["matched"]}
+
+
+def hub_reads(plan: Plan) -> list[tuple[str, str]]:
+    """What the run still reads through Hugging Face's loaders besides the model config (preflight RUN014):
+    a tokenizer named by path or hub id (``tokenizer.path``; Bridge's HuggingFaceTokenizer)."""
+    tok = plan.get("tokenizer_model")
+    return [("tokenizer.path", str(tok))] if tok else []
 
 
 def preflight_io(plan: Plan) -> dict[str, Any]:
@@ -284,7 +303,8 @@ def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
         dispatch_import=tuple(req["dispatch_import"]) if req["dispatch_import"] else None,
         needs_nvcc=req["needs_nvcc"], nccl_ep=req["nccl_ep"], needs_apex=req["needs_apex"],
         emerging_min=req.get("emerging_optimizers"),
-        hybridep_probe=req["hybridep_probe"], io=preflight_io(plan), hf_config=_hf_config(plan)),
+        hybridep_probe=req["hybridep_probe"], io=preflight_io(plan), hf_config=_hf_config(plan),
+        vendored=model_config(plan) if plan.model.get("vendored_config") else None, hub_reads=hub_reads(plan)),
         source, ih, shebang="#!/usr/bin/env bash")
     targets = launch["targets"]
     written = mounts.written(plan) if launch.get("container") else []  # made before they are mounted
@@ -318,5 +338,7 @@ def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
         **common, probe_rank=probe["rank"], probe_why=probe["rank_why"], probe_iterations=probe["iterations"]),
         source, ih, shebang="#!/usr/bin/env bash")
     files["mocompile.lock.json"] = header.stamp_json(lock(plan), source, ih)
+    if plan.model.get("vendored_config"):  # byte for byte: AutoConfig reads it; the lock holds its sha256
+        files[plan.model["vendored_config"]["copy"]] = doc.text[plan.model["vendored_config"]["source"]]
     verify_python("train.py", files["train.py"])
     return files

@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -31,20 +33,41 @@ _RENAME_EXCHANGE = 2
 
 def _hand_edited(directory: str) -> list[str]:
     edited = []
-    for name in sorted(os.listdir(directory)):
-        path = os.path.join(directory, name)
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8", errors="replace", newline="") as fh:  # byte-exact: no CR translation
-                if verify(fh.read()) is not True:
-                    edited.append(path)
+    current = _current(directory)
+    recorded = vendored(current.get("mocompile.lock.json", ""))
+    for rel, text in sorted(current.items()):
+        path = os.path.join(directory, rel)
+        if rel in recorded:  # a file copied verbatim (no header to hold a checksum): the lock holds its sha256
+            if hashlib.sha256(text.encode("utf-8")).hexdigest() != recorded[rel]:
+                edited.append(path)
+        elif verify(text) is not True:
+            edited.append(path)
     return edited
 
 
+def vendored(lock_text: str) -> dict[str, str]:
+    """``{relative path: sha256}`` of the files a lock says were copied verbatim (a vendored model config), or
+    nothing when the lock is missing or was edited (then its record proves nothing)."""
+    if not lock_text or verify(lock_text) is not True:
+        return {}
+    try:
+        mc = json.loads(lock_text).get("model_config") or {}
+    except (ValueError, AttributeError):
+        return {}
+    return {mc["copy"]: mc["sha256"]} if isinstance(mc.get("copy"), str) and isinstance(mc.get("sha256"), str) else {}
+
+
 def _current(directory: str) -> dict[str, str]:
+    """Every file under ``directory`` (one level of sub-folders: hf_config/), keyed by its relative path."""
     out = {}
     for name in os.listdir(directory):
         path = os.path.join(directory, name)
-        if os.path.isfile(path):
+        if os.path.isdir(path) and not os.path.islink(path):
+            for sub in os.listdir(path):
+                if os.path.isfile(os.path.join(path, sub)):
+                    with open(os.path.join(path, sub), encoding="utf-8", errors="replace", newline="") as fh:
+                        out[f"{name}/{sub}"] = fh.read()
+        elif os.path.isfile(path):
             with open(path, encoding="utf-8", errors="replace", newline="") as fh:  # byte-exact: no CR translation
                 out[name] = fh.read()
     return out
@@ -103,6 +126,8 @@ def _sweep(out_dir: str, name: str) -> None:
 def _fill(tmp: str, files: dict[str, str]) -> None:
     for rel, text in sorted(files.items()):
         path = os.path.join(tmp, rel)
+        if os.path.dirname(rel):
+            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
         with open(path, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
             fh.flush()

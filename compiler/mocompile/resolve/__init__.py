@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from mocompile import cluster
+from mocompile import cluster, hfconfig
 from mocompile.catalogue import resolve_hardware, resolve_model
 from mocompile.ir import Document, Plan
 from mocompile.resolve import decide, derived, parallelism, tuning
@@ -28,8 +28,13 @@ PASSES: tuple[Callable[[Context], None], ...] = (
 )
 
 
+def _model(intent: dict[str, Any], doc: Document) -> dict[str, Any]:
+    """The model's numbers, checked against the Hugging Face config the recipe vendors (``model_config``), if any."""
+    return hfconfig.verify(resolve_model(intent, doc), doc)
+
+
 def resolve(intent: dict[str, Any], doc: Document) -> Plan:
-    ctx = Context(intent, doc, resolve_model(intent, doc), cluster.apply(resolve_hardware(intent), doc))
+    ctx = Context(intent, doc, _model(intent, doc), cluster.apply(resolve_hardware(intent), doc))
     for step in PASSES:
         step(ctx)
     return ctx.plan()
@@ -37,7 +42,7 @@ def resolve(intent: dict[str, Any], doc: Document) -> Plan:
 
 def context(intent: dict[str, Any], doc: Document) -> Context:
     """A context with the facts set (model, hardware, stack, batch): what the planner starts from."""
-    ctx = Context(intent, doc, resolve_model(intent, doc), cluster.apply(resolve_hardware(intent), doc))
+    ctx = Context(intent, doc, _model(intent, doc), cluster.apply(resolve_hardware(intent), doc))
     for step in PASSES[:PASSES.index(decide.plan)]:
         step(ctx)
     return ctx
