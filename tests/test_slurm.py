@@ -54,7 +54,7 @@ class HybridEPBuffer:
 
 def fake_site(path: Path, torch: str | None = "2.11.0", te: str | None = "2.12.0",
               deep_ep: tuple[str, ...] | None = ("Buffer", "HybridEPBuffer"), apex: bool = True,
-              emerging: str | None = "0.2.0") -> Path:
+              emerging: str | None = "0.2.0", nccl_ep: bool = False) -> Path:
     """A folder for PYTHONPATH with fake torch / transformer_engine / deep_ep packages, Apex's
     fused_weight_gradient_mlp_cuda (RUN011) and an installed emerging-optimizers distribution (RUN012).
     A package given as None/False is made to fail its import, so that a real one elsewhere cannot hide
@@ -81,6 +81,10 @@ def fake_site(path: Path, torch: str | None = "2.11.0", te: str | None = "2.12.0
                                  "\n\ndef new_group(ranks):\n    return ranks\n"
                                  "\n\ndef destroy_process_group():\n    pass\n")
     pkg("transformer_engine", f"__version__ = {te!r}\n" if te else broken)
+    if te and nccl_ep:  # RUN016: a TE built with NCCL EP (its pytorch.ep module and the ep_* bindings)
+        pkg("transformer_engine/pytorch", "")
+        (path / "transformer_engine" / "pytorch" / "ep.py").write_text("")
+        (path / "transformer_engine_torch.py").write_text("def ep_initialize(*args, **kwargs):\n    pass\n")
     pkg("deep_ep", "".join(FAKE_HYBRIDEP if c == "HybridEPBuffer" else f"class {c}:\n    pass\n" for c in deep_ep)
         if deep_ep is not None else broken)
     pkg("fused_weight_gradient_mlp_cuda", "" if apex else broken)
@@ -115,6 +119,13 @@ def _runtime_env(req: dict, tmp_path: Path) -> dict[str, str]:
         nvcc.write_text("#!/bin/sh\nexit 0\n")
         nvcc.chmod(0o755)
         env["CUDA_HOME"] = str(tmp_path / "cuda")
+    if req.get("nccl_ep"):  # RUN016 asks libnccl.so.2 for its version: a stand-in library reporting 2.30.4
+        lib = tmp_path / "lib"
+        lib.mkdir(parents=True, exist_ok=True)
+        src = lib / "nccl.c"
+        src.write_text("int ncclGetVersion(int *version) { *version = 23004; return 0; }\n")
+        subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib / "libnccl.so.2"), str(src)], check=True)
+        env["LD_LIBRARY_PATH"] = str(lib)
     if req.get("hf_config"):  # RUN014: the model's HF config in the nodes' cache
         snap = tmp_path / "hf" / ("models--" + req["hf_config"].replace("/", "--")) / "snapshots" / "0"
         snap.mkdir(parents=True, exist_ok=True)
@@ -137,7 +148,7 @@ def _reads_real_files(script: Path) -> bool:
 @pytest.mark.parametrize("script", [p for p in PREFLIGHTS if not _reads_real_files(p)], ids=lambda p: p.parent.name)
 def test_preflight_passes_with_the_required_runtime(script, tmp_path):
     req = _lock(script)["requirements"]
-    site = fake_site(tmp_path / "site")
+    site = fake_site(tmp_path / "site", nccl_ep=bool(req.get("nccl_ep")))
     proc, _ = run_preflight(script, {"PYTHON": sys.executable, "PYTHONPATH": str(site), **_runtime_env(req, tmp_path)})
     assert proc.returncode == 0, proc.stderr
     assert "preflight: ok" in proc.stdout
@@ -535,3 +546,23 @@ def test_tune_through_slurm_needs_the_recipe_to_target_slurm(tmp_path):
     recipe.write_text((ROOT / "recipes" / "bench" / "bench-te-mid2-auto.yaml").read_text())
     res = run_cli("tune", str(recipe), "--launcher", "slurm", "--max-plans", "1", "--repeats", "1")
     assert res.returncode == 2 and "launch.targets has no slurm" in res.stderr
+
+
+@pytest.mark.parametrize("script", [p for p in PREFLIGHTS if _lock(p)["requirements"].get("nccl_ep")],
+                         ids=lambda p: p.parent.name)
+def test_preflight_fails_with_RUN016_without_nccl_ep_or_with_an_old_nccl(script, tmp_path):
+    """moe.dispatcher ncclep: a TE without transformer_engine.pytorch.ep (TE 2.12, the lent hosts' own) stops the
+    job before it starts; so does an NCCL older than the 2.30.4 TE's ep.py asks for."""
+    req = _lock(script)["requirements"]
+    env = _runtime_env(req, tmp_path)
+    plain = fake_site(tmp_path / "plain")
+    proc, _ = run_preflight(script, {"PYTHON": sys.executable, "PYTHONPATH": str(plain), **env})
+    assert proc.returncode == 1 and "RUN016 transformer_engine.pytorch.ep does not import" in proc.stderr
+    site = fake_site(tmp_path / "site", nccl_ep=True)
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "nccl.c").write_text("int ncclGetVersion(int *version) { *version = 22809; return 0; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(old / "libnccl.so.2"), str(old / "nccl.c")], check=True)
+    proc, _ = run_preflight(script, {"PYTHON": sys.executable, "PYTHONPATH": str(site), **env,
+                                     "LD_LIBRARY_PATH": str(old)})
+    assert proc.returncode == 1 and "RUN016 NCCL EP needs NCCL >= 2.30.4; libnccl.so.2 here is 2.28.9" in proc.stderr
