@@ -249,3 +249,20 @@ def test_train_py_passes_the_levers_to_optimizer_config(tmp_path):
                  "exp_avg_sq_dtype = torch.bfloat16", "main_params_dtype = torch.float32", "store_param_remainders = True",
                  "optimizer_cpu_offload = False"):
         assert f"cfg.optimizer.{line}" in text
+
+
+@pytest.mark.parametrize("precision,offload,off", [
+    ("fp8-cs", 0.5, True),    # Bridge's current-scaling preset gathers FP8 weights: refused with offload, so bf16
+    ("mxfp8", 0.5, True),     # the MXFP8 preset too
+    ("fp8-cs", 0.0, False),   # no offload: the preset as Bridge ships it
+    ("fp8-ds", 0.5, False),   # delayed scaling: Megatron-LM allows offload with FP8 weights
+])
+def test_offload_keeps_bf16_weights_where_megatron_lm_refuses_fp8_ones(tmp_path, precision, offload, off):
+    """megatron/training/arguments.py: with --optimizer-cpu-offload, --fp8-param-gather needs --fp8-recipe delayed."""
+    gpu = "b200" if precision == "mxfp8" else "h100"
+    path = _intent(tmp_path, f"model: qwen3-30b-a3b\nhardware: {{gpu: {gpu}, nodes: 1}}\ngoal: fit\n"
+                             f"training: {{precision: {precision}, optimizer_state: fp32, optimizer_offload: {offload}}}\n")
+    res = run_cli("compile", str(path), "-o", str(tmp_path / "gen"))
+    assert res.returncode == 0, res.stdout + res.stderr
+    text = (tmp_path / "gen" / "r" / "train.py").read_text()
+    assert ("cfg.mixed_precision.fp8_param_gather = False" in text) is off

@@ -9,6 +9,9 @@ optimizer and raises without it.
 
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 from conftest import ROOT
 from mocompile.emit.python_recipe import optimizer_levers
@@ -66,3 +69,22 @@ def test_opt006_is_mocompiles_own_megatron_accepts_the_combination_silently():
     ids, raised = _config(["training.optimizer_state=bf16-moments", "training.optimizer_offload=0.5"])
     assert "OPT006" in ids
     assert raised is None
+
+
+
+def test_turning_fp8_param_gather_off_turns_fp8_params_off_in_bridges_preset():
+    """What train.py's `cfg.mixed_precision.fp8_param_gather = False` does to Bridge's real preset with optimizer
+    offload: MixedPrecisionConfig keeps fp8_param in step (training/mixed_precision.py __setattr__), so the weights
+    stay bf16. Bridge's module imports Transformer Engine: a child process with the TE import shim."""
+    import subprocess
+
+    shim = ROOT / "tests" / "stack" / "te_shim"
+    code = ("from megatron.bridge.training.mixed_precision import get_mixed_precision_config\n"
+            "cfg = get_mixed_precision_config('bf16_with_fp8_current_scaling_mixed')\n"
+            "before = (cfg.fp8_param_gather, cfg.fp8_recipe)\n"
+            "cfg.fp8_param_gather = False\n"
+            "print(before, cfg.fp8_param, cfg.fp8_param_gather)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(shim)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "(True, 'tensorwise') False False"

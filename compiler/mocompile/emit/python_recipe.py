@@ -178,6 +178,20 @@ def optimizer_levers(plan: Plan, explicit: bool = False) -> list[dict[str, Any]]
     return out
 
 
+# Bridge's mixed-precision presets that keep the weights in FP8 between steps (fp8_param_gather=True) for a recipe
+# other than delayed scaling (training/mixed_precision.py: bf16_with_fp8_current_scaling_mixed, bf16_with_mxfp8_mixed)
+FP8_PARAM_PRESETS = ("fp8-cs", "mxfp8")
+
+
+def _fp8_param_gather_off(plan: Plan) -> bool:
+    """Optimizer offload with FP8 weights is refused by Megatron-LM unless the recipe is delayed scaling
+    (megatron/training/arguments.py: "When `--fp8-param-gather` is enabled, the optimizer cpu offload must be used in
+    conjunction with `--fp8-recipe delayed`"): on the precision-aware path the distributed optimizer keeps no shard of
+    such a weight to offload (distrib_optimizer.py: quantized params get shard_model_param None). The plan keeps bf16
+    weights instead, which is what the memory estimate counts."""
+    return float(plan.get("optimizer_offload_fraction") or 0.0) > 0 and plan["precision"] in FP8_PARAM_PRESETS
+
+
 def _set(path: str, plan: Plan, setting: str, value: Any = None, note: str = "") -> dict[str, Any]:
     """One assignment onto Bridge's recipe config: ``cfg.<path> = value``, from the plan's ``setting``."""
     d = plan.settings[setting]
@@ -334,6 +348,7 @@ def context(plan: Plan, source: str) -> dict[str, Any]:
         "overlap": overlap,
         "overlap_comments": overlap_comments,
         "mixed_precision": MIXED_PRECISION[plan["precision"]],
+        "fp8_param_gather_off": _fp8_param_gather_off(plan),
         "train": {"train_iters": iters, "global_batch_size": plan["global_batch_size"],
                   "micro_batch_size": plan["micro_batch_size"]},
         "gc": [_assign(plan, "manual_gc"), _assign(plan, "manual_gc_interval")] if plan.get("manual_gc") else [],
