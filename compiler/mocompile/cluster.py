@@ -49,21 +49,16 @@ def _error(message: str, pos: Position, hint: str = "") -> InputError:
 
 def read(doc: Document) -> None:
     """Load the profile ``hardware.cluster`` names into ``doc.cluster`` (and its text into the hash inputs)."""
-    from mocompile.load import parse_text, project_root, read_text
+    from mocompile.load import parse_text, read_text
+    from mocompile.project import project_file
 
     hw = doc.data.get("hardware")
     path = hw.get("cluster") if isinstance(hw, dict) else None
     if path is None:
         return
     pos = doc.positions.get(("hardware", "cluster"), doc.position(("hardware",)))
-    if not isinstance(path, str) or not path or any(ord(c) < 32 for c in path):
-        raise _error("`hardware.cluster` must be a file path", pos, "e.g. clusters/my-cluster.yaml")
-    named_by = pos.file if pos.file and os.path.exists(pos.file) else doc.files[-1]
-    full = os.path.normpath(os.path.join(os.path.dirname(named_by), path))
-    root = project_root(doc.files[-1])
-    if os.path.commonpath([root, os.path.realpath(full)]) != root:
-        raise _error(f"`hardware.cluster: {path}` resolves to {os.path.realpath(full)}, outside the project root "
-                     f"{root}", pos, "keep cluster profiles in the project (e.g. clusters/)")
+    full = project_file(path, "hardware.cluster", pos, doc.files[-1], "clusters/my-cluster.yaml",
+                        "keep cluster profiles in the project (e.g. clusters/)")
     if not os.path.isfile(full):
         raise _error(f"`hardware.cluster` names a missing file: {path}", pos,
                      "paths are relative to the recipe that names the profile")

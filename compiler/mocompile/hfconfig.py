@@ -62,20 +62,15 @@ def _error(rule: str, message: str, pos: Position, hint: str = "") -> InputError
 
 def read(doc: Document) -> None:
     """Read the file ``model_config`` names into ``doc.hf_config`` (and its text into the hashed inputs)."""
-    from mocompile.load import project_root, read_text
+    from mocompile.load import read_text
+    from mocompile.project import project_file
 
     path = doc.data.get("model_config")
     if path is None:
         return
     pos = doc.position(("model_config",))
-    if not isinstance(path, str) or not path or any(ord(c) < 32 for c in path):
-        raise _error("INPUT", "`model_config` must be a file path", pos, "e.g. hf/qwen3-30b-a3b/config.json")
-    named_by = pos.file if pos.file and os.path.exists(pos.file) else doc.files[-1]
-    full = os.path.normpath(os.path.join(os.path.dirname(named_by), path))
-    root = project_root(doc.files[-1])
-    if os.path.commonpath([root, os.path.realpath(full)]) != root:
-        raise _error("INPUT", f"`model_config: {path}` resolves to {os.path.realpath(full)}, outside the project "
-                     f"root {root}", pos, "keep the downloaded config.json in the project (e.g. hf/<model>/)")
+    full = project_file(path, "model_config", pos, doc.files[-1], "hf/qwen3-30b-a3b/config.json",
+                        "keep the downloaded config.json in the project (e.g. hf/<model>/)")
     if os.path.isdir(full):
         full = os.path.join(full, "config.json")
     if not os.path.exists(full):

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mocompile import datafiles
-from mocompile.errors import UsageError
+from mocompile.errors import InputError, UsageError
+from mocompile.ir import Diagnostic, Position
 from mocompile.textsafe import visible
 
 
@@ -96,3 +97,18 @@ def project_root(recipe: str) -> str:
         if parent == here:
             return start
         here = parent
+
+
+def project_file(path: Any, key: str, pos: Position, recipe: str, example: str, keep: str) -> str:
+    """The file a recipe key names (``hardware.cluster``, ``model_config``): a path without control characters,
+    relative to the file that names it (``pos.file``, else ``recipe``), inside the project (``project_root``, symlinks
+    resolved). ``example`` and ``keep`` are the hints of the two refusals."""
+    if not isinstance(path, str) or not path or any(ord(c) < 32 for c in path):
+        raise InputError([Diagnostic("INPUT", "error", f"`{key}` must be a file path", pos, f"e.g. {example}")])
+    named_by = pos.file if pos.file and os.path.exists(pos.file) else recipe
+    full = os.path.normpath(os.path.join(os.path.dirname(named_by), path))
+    root = project_root(recipe)
+    if os.path.commonpath([root, os.path.realpath(full)]) != root:
+        raise InputError([Diagnostic("INPUT", "error", f"`{key}: {path}` resolves to {os.path.realpath(full)}, outside "
+                                     f"the project root {root}", pos, keep)])
+    return full
