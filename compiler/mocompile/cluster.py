@@ -43,6 +43,11 @@ HOST_FACTOR = (0.1, 100.0)
 HOST_MEMORY_GIB = (1.0, 1000000.0)
 
 
+def _number_in(value: Any, bounds: tuple[float, float]) -> bool:
+    """A YAML number (not a boolean, which Python counts as an int) within ``bounds``."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and bounds[0] <= value <= bounds[1]
+
+
 def _error(message: str, pos: Position, hint: str = "") -> InputError:
     return InputError([Diagnostic("INPUT", "error", message, pos, hint)])
 
@@ -73,8 +78,7 @@ def read(doc: Document) -> None:
         problems.append(Diagnostic("INPUT", "error", "a cluster profile needs `schema: 1`",
                                    positions.get(("schema",), Position(full, 1, 1))))
     factor = data.get("host_factor", 1.0)
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or \
-            not HOST_FACTOR[0] <= factor <= HOST_FACTOR[1]:
+    if not _number_in(factor, HOST_FACTOR):
         problems.append(Diagnostic("INPUT", "error", f"`host_factor` must be a number from {HOST_FACTOR[0]} to "
                                    f"{HOST_FACTOR[1]:.0f} (got {factor!r})",
                                    positions.get(("host_factor",), Position(full, 1, 1)),
@@ -91,15 +95,14 @@ def read(doc: Document) -> None:
     scales: dict[str, float | None] = {}
     for key, (lo, hi) in KERNEL_SCALES.items():
         v = (kern or {}).get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi):
+        if v is not None and not _number_in(v, (lo, hi)):
             problems.append(Diagnostic("INPUT", "error", f"`kernels.{key}` must be null or a number from {lo:g} to "
                                        f"{hi:g} (got {v!r})", positions.get(("kernels", key), positions[("kernels",)]),
                                        "written by `mocompile probe`; rerun it"))
             v = None
         scales[key] = float(v) if v is not None else None
     host_mem = data.get("host_memory_gib")
-    if host_mem is not None and (isinstance(host_mem, bool) or not isinstance(host_mem, (int, float))
-                                 or not HOST_MEMORY_GIB[0] <= host_mem <= HOST_MEMORY_GIB[1]):
+    if host_mem is not None and not _number_in(host_mem, HOST_MEMORY_GIB):
         problems.append(Diagnostic("INPUT", "error", f"`host_memory_gib` must be a number from {HOST_MEMORY_GIB[0]:g} "
                                    f"to {HOST_MEMORY_GIB[1]:g} (got {host_mem!r})", positions[("host_memory_gib",)],
                                    "the node's host memory in GiB, e.g. 2048 for a DGX H100"))
@@ -135,8 +138,8 @@ def apply(hw: dict[str, Any], doc: Document) -> dict[str, Any]:
             hw["a2a_scale"] = kern["a2a_scale"]
             if kern.get("a2a_latency_us") is not None:
                 hw["a2a_latency_s"] = kern["a2a_latency_us"] * 1e-6
-        hw["cluster"] = {k: profile.get(k) for k in ("path", "sha256", "name", "source", "host_factor", "kernels",
-                                                      "missing", "measured")}
+        hw["cluster"] = {k: profile[k] for k in ("path", "sha256", "name", "source", "host_factor", "kernels",
+                                                  "missing", "measured")}
         if profile.get("host_memory_gib") is not None:
             hw["cluster"]["host_memory_gib"] = profile["host_memory_gib"]
     return hw

@@ -415,13 +415,12 @@ class Estimator:
         """Host bytes one GPU's process pins: the hybrid CPU optimizer's fp32 copies, moments and gradients of the
         offloaded share (``optimizer_state.host_bytes``) and, with fine-grained activation offload, the offloaded
         inputs of every layer of the micro-batches in flight (full recompute offloads nothing)."""
-        dp = max(1, self.world // (tp * pp * cp))
+        dp, layers_rank = self._weights_of(tp, pp, cp, ep, etp)[:2]  # the weights' own (cached)
         edp = max(1, self.world // (ep * etp * pp))
         opt = host_bytes(self.offload) * (dense / dp + experts / edp) if self.opt != "muon" else 0.0
         acts = 0.0
         if self.act_offload and granularity != "full":
             tokens = self.seq * self.mbs / (tp * cp)
-            layers = math.ceil(self.m["num_layers"] / pp)
             acts = offloaded_bytes_per_token(self.m, self.force_balance, self.act_offload, modules) * tokens \
-                * layers * in_flight
+                * layers_rank * in_flight
         return opt + acts

@@ -149,10 +149,9 @@ def optimizer_levers(plan: Plan, explicit: bool = False) -> list[dict[str, Any]]
     aware = state != "fp32" or share > 0
     if aware or explicit:
         moments = DTYPES["bf16" if state == "bf16-moments" else "fp32"]
-        flag = f"training.optimizer_state {state}: {why}" if state != "fp32" else (
-            f"training.optimizer_offload {share:g}: the hybrid CPU optimizer on the precision-aware path (no fp32 "
-            "master on the GPU; megatron/training/arguments.py requires it with optimizer_cpu_offload)"
-            if share > 0 else f"training.optimizer_state {state}: {why}")
+        flag = (f"training.optimizer_offload {share:g}: the hybrid CPU optimizer on the precision-aware path (no fp32 "
+                "master on the GPU; megatron/training/arguments.py requires it with optimizer_cpu_offload)"
+                if state == "fp32" and share > 0 else f"training.optimizer_state {state}: {why}")
         out += [{"field": "use_precision_aware_optimizer", "value": aware, "comment": flag},
                 {"field": "main_params_dtype", "dtype": DTYPES["fp32"],
                  "comment": "fp32 master" + (", stored as remainders" if state != "fp32" else
@@ -165,12 +164,10 @@ def optimizer_levers(plan: Plan, explicit: bool = False) -> list[dict[str, Any]]
             out.insert(2, {"field": "store_param_remainders", "value": False, "comment":
                            "the hybrid optimizer's master is fp32 (distrib_optimizer.py DistributedOptimizer.load_state_dict"
                            " allocates int16 remainders otherwise)"})
-        if explicit or share > 0:  # a recipe built with the precision-aware optimizer may keep bf16 main grads:
-            # Megatron-Core's OptimizerConfig asserts fp32 main grads without it (found by the rank probe:
-            # DeepSeek-V3's recipe); the offloaded step takes fp32 gradients on the host
-            if state == "fp32":
-                out.append({"field": "main_grads_dtype", "dtype": DTYPES["fp32"],
-                            "comment": "fp32 main gradients"})
+        if state == "fp32" and (explicit or share > 0):  # a recipe built with the precision-aware optimizer may
+            # keep bf16 main grads: Megatron-Core's OptimizerConfig asserts fp32 main grads without it (found by the
+            # rank probe: DeepSeek-V3's recipe); the offloaded step takes fp32 gradients on the host
+            out.append({"field": "main_grads_dtype", "dtype": DTYPES["fp32"], "comment": "fp32 main gradients"})
     if share > 0 or explicit:
         out += [{"field": "optimizer_cpu_offload", "value": share > 0,
                  "comment": f"training.optimizer_offload {share:g}: {_comment(plan.settings['optimizer_offload_fraction'])}"},

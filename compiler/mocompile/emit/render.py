@@ -181,7 +181,7 @@ def lock(plan: Plan) -> dict[str, Any]:
         "versions": {"megatron_core": plan["mcore_version"], "megatron_bridge": plan["bridge_version"],
                      "torch": plan["torch_version"], "transformer_engine": plan["te_version"]},
         "requirements": requirements(plan),
-        **({"model_config": model_config(plan)} if plan.model.get("vendored_config") else {}),
+        **({"model_config": mc} if (mc := model_config(plan)) else {}),
         "settings": {k: _located(d) for k, d in sorted(plan.settings.items())},
         "env": {k: _located(d) for k, d in sorted(plan.env.items())},
         # train.py starts from Bridge's recipe config and sets these fields only (each from the named setting)
@@ -250,10 +250,12 @@ def _hf_config(plan: Plan) -> str | None:
     return plan.model.get("hf_id") if bridge.get("recipe") and bridge.get("needs_hf_config") else None
 
 
-def model_config(plan: Plan) -> dict[str, Any]:
+def model_config(plan: Plan) -> dict[str, Any] | None:
     """The lock's record of a vendored HF config: where it came from, its copy's sha256 (``check`` and the writer
-    compare the copy with it) and the numbers it was checked against."""
-    v = plan.model["vendored_config"]
+    compare the copy with it) and the numbers it was checked against; None without ``model_config``."""
+    v = plan.model.get("vendored_config")
+    if not v:
+        return None
     return {"hf_id": plan.model["hf_id"], "source": _rel(v["source"]), "copy": v["copy"], "sha256": v["sha256"],
             "model_type": v["model_type"], "architectures": v["architectures"], "matched": v["matched"]}
 
@@ -304,7 +306,7 @@ def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
         needs_nvcc=req["needs_nvcc"], nccl_ep=req["nccl_ep"], needs_apex=req["needs_apex"],
         emerging_min=req.get("emerging_optimizers"),
         hybridep_probe=req["hybridep_probe"], io=preflight_io(plan), hf_config=_hf_config(plan),
-        vendored=model_config(plan) if plan.model.get("vendored_config") else None, hub_reads=hub_reads(plan)),
+        vendored=model_config(plan), hub_reads=hub_reads(plan)),
         source, ih, shebang="#!/usr/bin/env bash")
     targets = launch["targets"]
     written = mounts.written(plan) if launch.get("container") else []  # made before they are mounted

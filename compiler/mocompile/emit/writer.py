@@ -59,17 +59,17 @@ def vendored(lock_text: str) -> dict[str, str]:
 
 def _current(directory: str) -> dict[str, str]:
     """Every file under ``directory`` (one level of sub-folders: hf_config/), keyed by its relative path."""
-    out = {}
+    files = []
     for name in os.listdir(directory):
         path = os.path.join(directory, name)
         if os.path.isdir(path) and not os.path.islink(path):
-            for sub in os.listdir(path):
-                if os.path.isfile(os.path.join(path, sub)):
-                    with open(os.path.join(path, sub), encoding="utf-8", errors="replace", newline="") as fh:
-                        out[f"{name}/{sub}"] = fh.read()
+            files += [f"{name}/{sub}" for sub in os.listdir(path) if os.path.isfile(os.path.join(path, sub))]
         elif os.path.isfile(path):
-            with open(path, encoding="utf-8", errors="replace", newline="") as fh:  # byte-exact: no CR translation
-                out[name] = fh.read()
+            files.append(name)
+    out = {}
+    for rel in files:
+        with open(os.path.join(directory, rel), encoding="utf-8", errors="replace", newline="") as fh:  # byte-exact
+            out[rel] = fh.read()
     return out
 
 

@@ -893,19 +893,14 @@ def min_gpus_that_fit(ctx: Context, limit_gpus: int = 16384) -> int | None:
     fewer micro-batches wait in the pipeline), so each layout is bisected over the node counts it divides,
     below the best count found so far."""
     gpn = ctx["gpus_per_node"]
-    frugal = _frugal_at(ctx)
+    frugal, host = _frugal_at(ctx), _offload_host_limit(ctx)
     scorers: dict[int, Scorer] = {}
-
-    host = host_limit_gib(ctx) if ctx["optimizer_offload_fraction"] or ctx["offload_modules"] else None
 
     def fits(lay: Layout, world: int) -> bool:
         sc = scorers.get(world)
         if sc is None:
             sc = scorers[world] = Scorer(ctx, world)
-        cand = frugal(lay)
-        if sc.total_gib(cand) > sc.limit:
-            return False
-        return host is None or sc.memory(cand)["host_gib"] * gpn <= host  # offloads: rule MEM003
+        return _frugal_fits(sc, frugal(lay), host)
 
     best: int | None = None
     for lay in _shapes(ctx):
@@ -928,16 +923,23 @@ def frugal_step(ctx: Context, world: int) -> float | None:
     """The predicted step time on ``world`` GPUs of the fastest layout that passes ``min_gpus_that_fit``'s test
     there (the least-memory knobs at the heaviest recompute rung, the context's levers, host memory included): what
     MEM001 compares a lever's GPU count with the plain count by. None: no layout fits there."""
-    sc, frugal = Scorer(ctx, world), _frugal_at(ctx)
-    host = host_limit_gib(ctx) if ctx["optimizer_offload_fraction"] or ctx["offload_modules"] else None
-    best: float | None = None
-    for lay in layouts_for(ctx, world):
-        cand = frugal(lay)
-        if sc.total_gib(cand) > sc.limit or (host is not None and sc.memory(cand)["host_gib"] * ctx["gpus_per_node"] > host):
-            continue
-        step = sc.score(cand).step
-        best = step if best is None else min(best, step)
-    return best
+    sc, frugal, host = Scorer(ctx, world), _frugal_at(ctx), _offload_host_limit(ctx)
+    steps = [sc.score(cand).step for cand in map(frugal, layouts_for(ctx, world)) if _frugal_fits(sc, cand, host)]
+    return min(steps) if steps else None
+
+
+def _frugal_fits(sc: Scorer, cand: Candidate, host: float | None) -> bool:
+    """``min_gpus_that_fit``'s memory test of one candidate: under the headroom, and where the plan offloads
+    (``host``: ``_offload_host_limit``) under the host memory a node may pin (rule MEM003)."""
+    if sc.total_gib(cand) > sc.limit:
+        return False
+    return host is None or sc.memory(cand)["host_gib"] * sc.hw["gpus_per_node"] <= host
+
+
+def _offload_host_limit(ctx: Context) -> float | None:
+    """The host limit ``_frugal_fits`` applies: only where the plan offloads optimizer state or activations (the
+    host estimate is 0 otherwise, so the test could not fail)."""
+    return host_limit_gib(ctx) if ctx["optimizer_offload_fraction"] or ctx["offload_modules"] else None
 
 
 def host_limit_gib(ctx: Context) -> float | None:

@@ -132,7 +132,6 @@ def decisions(intent: dict[str, Any], doc: Document) -> dict[str, Decision]:
     return out
 
 
-
 def apply(plan: Plan, doc: Document) -> Plan:
     """Add these settings to a resolved plan (call before the rule check)."""
     from mocompile.resolve import kubernetes, mounts
