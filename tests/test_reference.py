@@ -96,6 +96,40 @@ def test_the_nearest_recipe_prefers_the_same_architecture_then_gpu_then_precisio
     assert (near["precision"], near["gpus"]) != (a["precision"], a["gpus"])
 
 
+def test_a_near_architecture_tuned_with_another_optimizer_is_a_reference_when_its_own_family_is_withheld(tmp_path):
+    """Kimi-K2 (Muon recipes) is the only architecture within NEAR_LIMIT of DeepSeek-V3 (Adam recipes). With every
+    DeepSeek recipe withheld, an Adam DeepSeek-V3 intent on 256 GB200 takes Kimi-K2's GB200 recipe as its reference
+    (not the defaults' least pipeline), moved onto its own layout: PP4 VPP4 EP64, the layout NVIDIA tuned for
+    DeepSeek-V3 there, which the planner never saw."""
+    a = next(r for r in ROWS if r["recipe"] == "deepseek_v3_pretrain_256gpu_gb200_bf16_config")
+    hide = {b["recipe"] for b in search.anchors() if b["model"] == "deepseek-v3"}
+    ctx = context_for(intent_text(a))
+    reference.WITHHELD.update(hide)
+    try:
+        near = reference.nearest(ctx)
+    finally:
+        reference.WITHHELD.difference_update(hide)
+    assert (near["model"], near["optimizer"], near["gpu"]) == ("kimi-k2", "muon", "gb200")
+    p = _planner(intent_text(a), tmp_path, hide)
+    assert p["reference"]["kind"] == "near" and near["recipe"] in p["reference"]["anchor"]
+    assert p["chosen"]["plan"].startswith("TP1 PP4 VPP4 EP64")
+
+
+def test_at_one_architecture_distance_a_recipe_of_the_intents_own_optimizer_comes_first(monkeypatch):
+    """The optimizer ranks after the architecture and before the GPU, precision and scale: a Muon copy of Qwen3-30B's
+    16-GPU H100 BF16 recipe (same GPU, precision and scale as the intent) loses to the Adam recipe two doublings
+    away; without the Adam ones it serves (a recipe of another optimizer is still evidence)."""
+    rows = [r for r in search.anchors() if r["model"] == "qwen3-30b-a3b"]
+    a = next(r for r in rows if r["recipe"] == "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config")
+    muon = dict(a, recipe="muon_copy", optimizer="muon")
+    ctx = context_for(intent_text(a))
+    monkeypatch.setattr(search, "anchors", lambda: tuple([muon] + [r for r in rows if r is not a]))
+    assert reference.nearest(ctx)["recipe"] == "qwen3_30b_a3b_pretrain_64gpu_h100_bf16_config"
+    monkeypatch.setattr(search, "anchors", lambda: (muon,))
+    assert reference.nearest(ctx)["recipe"] == "muon_copy"
+    assert reference.exact(ctx) is None  # the shipped reference is never another optimizer's recipe
+
+
 def test_an_architecture_beyond_the_near_limit_is_never_a_reference():
     """The tiny test model is about e^10 smaller than anything Bridge tuned: the defaults serve."""
     r = analyse(str(ROOT / "recipes" / "tiny-moe-h100x2.yaml"))

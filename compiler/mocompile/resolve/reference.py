@@ -8,7 +8,8 @@ is, in order of the evidence behind it:
 1. ``shipped``: the perf recipe Bridge ships for the same architecture numbers, GPU, precision and
    optimizer (whatever the model is called), scaled by data parallelism as Bridge's harness does;
 2. ``near``: the nearest shipped recipe otherwise (the same architecture at another GPU count,
-   precision or GPU, else the nearest architecture), moved onto the nearest legal layout here and
+   precision or GPU, else the nearest architecture; a recipe of the same optimizer first, else one of
+   another), moved onto the nearest legal layout here and
    keeping its dispatcher, overlap, recompute and graph choices where this setting offers them;
 3. ``defaults``: Megatron-Bridge's documented defaults (its MoE performance guidance): TP and the
    expert group inside the NVLink domain, then the least model parallelism that fits without the
@@ -72,11 +73,14 @@ def _catalogue_shape(model_id: str) -> str | None:
     return None if found is None else found[0]
 
 
-def _usable(ctx: Context) -> list[dict[str, Any]]:
+def _usable(ctx: Context, any_optimizer: bool = False) -> list[dict[str, Any]]:
+    """The recipes that may serve as evidence: no variants, none withheld, each runs on its own GPU count; of
+    this intent's optimizer only (a shipped reference: Muon recipes serve Muon intents, Adam recipes Adam
+    intents) unless ``any_optimizer`` (a near reference, ``nearest``)."""
     from mocompile.resolve.search import anchors
 
-    optimizer = ctx["optimizer"]  # Muon recipes serve Muon intents only, Adam recipes Adam intents
-    return [a for a in anchors() if not a["variant"] and a.get("optimizer", "adam") == optimizer
+    optimizer = ctx["optimizer"]
+    return [a for a in anchors() if not a["variant"] and (any_optimizer or a.get("optimizer", "adam") == optimizer)
             and a["recipe"] not in WITHHELD and _runs_on_its_own_count(a)]
 
 
@@ -129,7 +133,13 @@ def _precision_distance(a: str, b: str) -> float:
 
 
 def nearest(ctx: Context) -> dict[str, Any] | None:
-    """The nearest shipped recipe by (architecture, GPU, precision, GPU count), architecture first."""
+    """The nearest shipped recipe by (architecture, optimizer, GPU, precision, GPU count), architecture first.
+
+    A recipe tuned with another optimizer still serves, after every recipe of this optimizer at the same
+    architecture distance: its layout was tuned for the architecture and cluster, which the optimizer changes
+    only through the optimizer step and its state (``moved`` re-fits the recompute rung, ``_settle`` refuses a
+    plan that breaks a rule or does not fit here). Without it an Adam DeepSeek-V3 intent never sees Kimi-K2's
+    recipes (Muon), the only architecture within ``NEAR_LIMIT`` of it, and falls back to the defaults."""
     from mocompile.catalogue import gpus
 
     shape, size = shape_key(ctx.model), _size(ctx.model)
@@ -137,7 +147,7 @@ def nearest(ctx: Context) -> dict[str, Any] | None:
         return None
     gpu = ctx.hw
     best, best_key = None, None
-    for a in _usable(ctx):
+    for a in _usable(ctx, any_optimizer=True):
         found = _catalogue(a["model"])
         if found is None:
             continue
@@ -150,7 +160,9 @@ def nearest(ctx: Context) -> dict[str, Any] | None:
         ahw = gpus().get(a["gpu"], {})
         gpu_d = 0 if a["gpu"] == ctx["gpu"] else 1 if bool(ahw.get("mnnvl")) == bool(gpu.get("mnnvl")) else 2
         prec_d = _precision_distance(a["precision"], ctx["precision"])
-        key = (round(arch, 6), gpu_d, prec_d, abs(math.log2(a["gpus"] / ctx["world_size"])), a["recipe"])
+        other_optimizer = a.get("optimizer", "adam") != (ctx["optimizer"] or "adam")
+        key = (round(arch, 6), other_optimizer, gpu_d, prec_d, abs(math.log2(a["gpus"] / ctx["world_size"])),
+               a["recipe"])
         if best_key is None or key < best_key:
             best, best_key = a, key
     return best
