@@ -6,7 +6,7 @@
 # build/rankprobe holds: intents/ (the intents), hf/hub (an offline HF cache of config.json files built from mocompile's
 # catalogue by benchmarks/gpu/rankprobe_hf.py: Bridge's recipes read them at start-up), wheels/ (fla-core and
 # flash-linear-attention for Qwen3-Next's Gated DeltaNet, emerging-optimizers and absl-py for Kimi-K2's Muon).
-# Environment: SETS (--set words for every compile, e.g. "--set versions.apex=none"), ITERS (6), TIMEOUT (per recipe, 240 s), DEADLINE (no recipe starts later, 480 s).
+# Environment: FLA_SKIP_HOPPER_CHECK=1 (see below), SETS (--set words for every compile, e.g. "--set versions.apex=none"), ITERS (6), TIMEOUT (per recipe, 240 s), DEADLINE (no recipe starts later, 480 s).
 # $OUT gets console.log and results.tar.gz (rewritten after every recipe).
 set -uo pipefail
 mkdir -p "${OUT}" /tmp/rankprobe/out
@@ -18,6 +18,13 @@ W=/tmp/rankprobe/out
 OUT="${W}" bash benchmarks/gpu/issue20.sh setup > "${W}/setup.log" 2>&1 || { tail -30 "${W}/setup.log"; keep; exit 4; }
 python3 -m pip install -q --no-index --no-deps --target /tmp/site build/rankprobe/wheels/*.whl > "${W}/wheels.log" 2>&1 \
   || tail -5 "${W}/wheels.log"
+if [[ "${FLA_SKIP_HOPPER_CHECK:-0}" == 1 && -f /tmp/site/fla/ops/common/chunk_o.py ]]; then
+  # fla-core 0.5.2 refuses the gated delta rule's backward on Hopper with Triton >= 3.4, < 3.7.1 (its issue 640: wrong
+  # gradient values); the hosts' torch 2.11 ships an older Triton and neither Triton 3.7.1 nor tilelang fits the
+  # carry. A memory probe measures allocations and kernel time, not values: lift the refusal for the probe only.
+  sed -i 's/and not TRITON_ABOVE_3_7_1:/and not TRITON_ABOVE_3_7_1 and False:/' /tmp/site/fla/ops/common/chunk_o.py
+  echo "issue23: fla Hopper/Triton refusal lifted for this probe (FLA_SKIP_HOPPER_CHECK=1; gradient values not trusted)"
+fi
 echo "issue23: setup done at $((SECONDS - t0)) s"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
 export PYTHONPATH="/tmp/mcdeps:${repo}/compiler:/tmp/site${PYTHONPATH:+:${PYTHONPATH}}"
