@@ -14,6 +14,7 @@ import math
 import os
 from typing import Any
 
+from mocompile import layout as layouts
 from mocompile import ncclep
 from mocompile.datafiles import load_yaml
 from mocompile.optimizer_state import host_bytes, keeps_fp32_master, state_bytes_per_param, step_bytes
@@ -86,8 +87,14 @@ def parameters(m: dict[str, Any]) -> dict[str, float]:
 
 
 def _act_bytes_per_token(m: dict[str, Any], force_balance: Any, modules: list[str] | tuple[str, ...],
-                         full: bool) -> float:
-    """Bytes kept for backward per local token per layer (averaged over dense/MoE layers)."""
+                         full: bool, glu_fused: bool = True) -> float:
+    """Bytes kept for backward per local token per layer (averaged over dense/MoE layers). ``glu_fused`` False:
+    Megatron-Core's unfused GLU (``bias_activation_fusion`` off; transformer/moe/experts.py ``bias_act_func``,
+    transformer/mlp.py ``glu``: ``activation_func(x_glu) * (x_linear + glu_linear_offset)``) keeps the activation's
+    output and the offset copy of the linear half (and, in the experts, the GLU product the router probabilities
+    multiply) beside fc1's output: 4 bytes per FFN channel more per token in a dense MLP or shared expert, 6 per
+    routed token in the experts, unless that module is recomputed. Measured with the rank probe (Qwen3-235B-A22B,
+    256 H100s, rank 0, fused vs unfused): 14.5 GiB, 6.2 bytes per routed channel."""
     h = m["hidden_size"]
     if full:
         return 2.0 * h
@@ -100,15 +107,19 @@ def _act_bytes_per_token(m: dict[str, Any], force_balance: Any, modules: list[st
         attn -= 4 * h
     topk = m["moe_router_topk"]
     imbalance = 1.0 if force_balance else ROUTING_IMBALANCE
+    glu = bool(m.get("gated_linear_unit", True))
+    unfused = 0 if glu_fused or not glu else 1
     per_routed = 2 * h + 6 * m["moe_ffn_hidden_size"]
     if "moe_act" in modules:
         per_routed -= 2 * m["moe_ffn_hidden_size"]
+    else:
+        per_routed += unfused * 6 * m["moe_ffn_hidden_size"]
     moe = 4 * h + 5 * m["num_moe_experts"] + topk * imbalance * per_routed
     if m.get("shared_expert_size"):
-        moe += 2 * h + 6 * m["shared_expert_size"] if "shared_experts" not in modules else 2 * h
+        moe += 2 * h + (6 + 4 * unfused) * m["shared_expert_size"] if "shared_experts" not in modules else 2 * h
     if "moe" in modules:
         moe = 2 * h
-    dense = 2 * h + 6 * m["ffn_hidden_size"]
+    dense = 2 * h + (6 + 4 * unfused) * m["ffn_hidden_size"]
     if "mlp" in modules:
         dense = 2 * h
     frac_moe = (m["num_layers"] - m.get("first_k_dense", 0)) / m["num_layers"]
@@ -145,6 +156,13 @@ def offloaded_bytes_per_token(m: dict[str, Any], force_balance: Any, offload: tu
         moe += routed * 4 * m["moe_ffn_hidden_size"] if "moe_act" in offload and "moe_act" not in modules else 0.0
     frac_moe = (m["num_layers"] - m.get("first_k_dense", 0)) / m["num_layers"]
     return attn + mlp + frac_moe * moe
+
+
+def _layer_microbatches(chunks: tuple[float, ...], pp: int, forwards: int) -> float:
+    """Layer-activations alive after ``forwards`` chunk forwards of interleaved 1F1B on one rank: forward k runs
+    virtual chunk (k // pp) % vpp, holding that chunk's layers until its backward."""
+    vpp = len(chunks)
+    return sum(chunks[(k // pp) % vpp] for k in range(int(forwards)))
 
 
 def estimate(m: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
@@ -192,6 +210,10 @@ class Estimator:
         # the scopes of ``c`` (the final plan's); a search passes each candidate's own (``graph_scopes`` below)
         self.graph_scopes = tuple(c.get("cuda_graph_modules") or c.get("cuda_graph_scope") or ())
         self.unfused = c.get("gradient_accumulation_fusion") is False
+        self.layout = c.get("pipeline_model_parallel_layout")
+        self.glu_fused = c.get("bias_activation_fusion") is not False  # absent: fused (Bridge's perf recipes)
+        self.mtp = int(c.get("mtp_num_layers") or m.get("mtp_num_layers") or 0)
+        self._chunks: dict[tuple[int, int], tuple[tuple[float, ...], tuple[float, ...]]] = {}
         self._weights: dict[tuple[int, ...], tuple[Any, ...]] = {}
         self._acts: dict[tuple[Any, ...], tuple[float, ...]] = {}
         self._per_token: dict[tuple[Any, ...], float] = {}
@@ -209,15 +231,45 @@ class Estimator:
                              c.get("hybridep_ranks_per_domain"), c.get("cuda_graph_impl") or "none",
                              tuple(c.get("cuda_graph_modules") or c.get("cuda_graph_scope") or ()))
 
-    def _weights_of(self, tp: int, pp: int, cp: int, ep: int, etp: int) -> tuple[Any, ...]:
-        key = (tp, pp, cp, ep, etp)
+    def stage_chunks(self, pp: int, vpp: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Decoder layers in each virtual chunk of the first and of the last pipeline rank. Megatron-Core places the
+        layout's stage ``i`` on pipeline rank ``i % pp``, virtual stage ``i // pp``
+        (``megatron/core/transformer/pipeline_parallel_layer_layout.py``), so a layout that gives the embedding's
+        stage fewer layers (``Et|(tt|)*30mL``: DeepSeek-V3's first rank holds 1 + 2 + 2 + 2 = 7 of 61) gives that
+        rank fewer parameters and fewer layer-activations in flight than ``num_layers / pp``. The layout is the
+        plan's where it is legal for this (PP, VPP), else the one the planner derives for it (``layout.derive``:
+        uneven splits and MTP), else an even split."""
+        key = (pp, vpp)
+        hit = self._chunks.get(key)
+        if hit is not None:
+            return hit
+        n, mtp = self.m["num_layers"], self.mtp
+        text = None
+        if pp > 1:
+            if isinstance(self.layout, str) and layouts.layout_error(self.layout, pp, vpp, n, mtp) is None:
+                text = self.layout
+            elif mtp or not layouts.even(pp, vpp, n):
+                text = layouts.derive(pp, vpp, n, mtp)
+        if text is None:
+            per = math.ceil(n / pp) / vpp
+            hit = ((per,) * vpp, (per,) * vpp)
+        else:
+            stages = layouts.expand(text)
+            hit = (tuple(float(stages[j * pp].count("t")) for j in range(vpp)),
+                   tuple(float(stages[j * pp + pp - 1].count("t")) for j in range(vpp)))
+        self._chunks[key] = hit
+        return hit
+
+    def _weights_of(self, tp: int, pp: int, cp: int, ep: int, etp: int, vpp: int = 1) -> tuple[Any, ...]:
+        key = (tp, pp, cp, ep, etp, vpp)
         hit = self._weights.get(key)
         if hit is not None:
             return hit
         m, p, world = self.m, self.p, self.world
         dp = max(1, world // (tp * pp * cp))
         edp = max(1, world // (ep * etp * pp))
-        layers_rank = math.ceil(m["num_layers"] / pp)
+        first, last = self.stage_chunks(pp, vpp)
+        layers_rank = max(sum(first), sum(last))  # the fuller end of the pipeline (embedding or output layer on it)
         share = layers_rank / m["num_layers"]
         dense = (p["attention"] + p["dense_mlp"] + p["shared"]) * share / tp + p["router"] * share
         dense += p["embedding"] / 2 / tp if pp > 1 else p["embedding"] / tp
@@ -258,7 +310,7 @@ class Estimator:
         key = (modules, full)
         hit = self._per_token.get(key)
         if hit is None:
-            hit = _act_bytes_per_token(self.m, self.force_balance, modules, full)
+            hit = _act_bytes_per_token(self.m, self.force_balance, modules, full, self.glu_fused)
             if not full:  # full recompute keeps only each layer's input: nothing for offload to move
                 hit -= min(hit, offloaded_bytes_per_token(self.m, self.force_balance, self.act_offload, modules))
             self._per_token[key] = hit
@@ -290,21 +342,31 @@ class Estimator:
         if self.impl == "local" and not ("core_attn" in modules or full):
             per_layer += ATTN_SCORE_BYTES * m["num_attention_heads"] / tp * (s / cp) ** 2 * b  # unfused softmax
         m_total = max(1, self.gbs // max(1, b * dp))
-        in_flight = min(pp, m_total) if pp > 1 else 1
-        if vpp > 1:
-            in_flight *= 1 + (pp - 1) / (pp * vpp)
-        if overlap:
-            # Combined 1F1B frees micro-batch i layer by layer while i+1 allocates: measured +8% peak
-            # on 2xH100 (gpu-host.md), i.e. ~0.15 of a micro-batch; interleaving adds a warm-up one.
-            in_flight += OVERLAP_EXTRA if pp == 1 else 1 / vpp
-        acts_first = per_layer * layers_rank * in_flight
+        first, last = self.stage_chunks(pp, vpp)
+        # Layer-activations in flight at the schedule's peak, in layer x micro-batch units. Megatron-Core's
+        # interleaved 1F1B (schedules.py, get_pp_rank_microbatches) runs (pp - rank - 1) * 2 + (vpp - 1) * pp warm-up
+        # chunk forwards, then one more before the first backward; forward k runs chunk (k // pp) % vpp. Plain 1F1B
+        # keeps min(pp - rank, micro-batches) whole micro-batches on rank ``rank``.
+        if pp == 1:
+            lm_first = lm_last = sum(first) * (1 + (OVERLAP_EXTRA if overlap else 0.0))
+        elif vpp == 1:
+            # Combined 1F1B (EP overlap) frees micro-batch i layer by layer while i+1 allocates: measured +8 % peak
+            # on 2x H100 without a pipeline (~0.15 of a micro-batch); with a pipeline its warm-up runs one more.
+            lm_first = sum(first) * (min(pp, m_total) + (1 if overlap else 0))
+            lm_last = sum(last) * (1 + (OVERLAP_EXTRA if overlap else 0.0))
+        else:
+            extra = 1 if overlap else 0
+            lm_first = _layer_microbatches(first, pp, min(m_total * vpp, 2 * (pp - 1) + (vpp - 1) * pp + 1 + extra))
+            lm_last = _layer_microbatches(last, pp, min(m_total * vpp, (vpp - 1) * pp + 1 + extra))
+        acts_first, acts_last = per_layer * lm_first, per_layer * lm_last
         if full:  # one layer is rematerialised at a time
             acts_first += self._bytes_per_token((), False) * tokens
+            acts_last += self._bytes_per_token((), False) * tokens
         logits = s * b * m["vocab_size"] * 4 * 2 / (tp * cp)  # fp32 logits and their gradient, last stage
-        # The first stage holds PP micro-batches in flight; the last holds one, plus the logits.
-        acts_last = acts_first / in_flight * (1 + OVERLAP_EXTRA if overlap else 1) \
-            if pp > 1 else acts_first
-        acts, logits = (acts_first, 0.0) if acts_first >= acts_last + logits and pp > 1 else (acts_last, logits)
+        first_peaks = acts_first >= acts_last + logits and pp > 1
+        acts, logits = (acts_first, 0.0) if first_peaks else (acts_last, logits)
+        # in whole micro-batches of the stage the peak is on (what `explain` and the rank probe print)
+        in_flight = (lm_first / max(1.0, sum(first))) if first_peaks else (lm_last / max(1.0, sum(last)))
         if self.impl == "transformer_engine":
             acts, logits = acts * TE_ACTIVATION_FACTOR, logits * TE_ACTIVATION_FACTOR
         hit = self._acts[key] = (tokens, in_flight, acts, logits)
@@ -356,7 +418,7 @@ class Estimator:
     def _parts(self, tp: int, pp: int, vpp: int, ep: int, etp: int, cp: int, granularity: Any,
                modules: tuple[str, ...], overlap: bool, backend: str | None, ranks: int | None,
                graph_impl: str, graph_scopes: tuple[str, ...] | None = None) -> tuple[float, ...]:
-        dp, layers_rank, dense, experts, weights, unfused_wgrad, step = self._weights_of(tp, pp, cp, ep, etp)
+        dp, layers_rank, dense, experts, weights, unfused_wgrad, step = self._weights_of(tp, pp, cp, ep, etp, vpp)
         tokens, in_flight, acts, logits = self._acts_of(tp, pp, vpp, cp, dp, layers_rank, granularity, modules,
                                                         overlap)
         buffers = self._buffers(ep, etp, backend, ranks)
@@ -369,7 +431,7 @@ class Estimator:
               ranks: int | None, graph_impl: str, graph_scopes: tuple[str, ...] | None = None) -> tuple[Any, ...]:
         """What ``total_gib`` needs of a candidate but its recompute rung: its weights and dispatcher buffers
         are the same at every rung."""
-        dp, layers_rank, _, _, weights, unfused_wgrad, step = self._weights_of(tp, pp, cp, ep, etp)
+        dp, layers_rank, _, _, weights, unfused_wgrad, step = self._weights_of(tp, pp, cp, ep, etp, vpp)
         return (tp, pp, vpp, cp, dp, layers_rank, weights, unfused_wgrad, self._buffers(ep, etp, backend, ranks),
                 overlap, graph_impl, graph_scopes, step)
 
@@ -407,15 +469,15 @@ class Estimator:
             "params_per_gpu_m": round((dense + experts) / 1e6, 1),
             "in_flight_microbatches": round(in_flight, 2),
             # pinned host memory per GPU: the offloaded optimizer share and the offloaded activations (MEM003)
-            "host_gib": round(self._host(tp, pp, ep, etp, cp, granularity, modules, dense, experts, in_flight) / GIB, 2),
+            "host_gib": round(self._host(tp, pp, vpp, ep, etp, cp, granularity, modules, dense, experts, in_flight) / GIB, 2),
         }
 
-    def _host(self, tp: int, pp: int, ep: int, etp: int, cp: int, granularity: Any, modules: tuple[str, ...],
+    def _host(self, tp: int, pp: int, vpp: int, ep: int, etp: int, cp: int, granularity: Any, modules: tuple[str, ...],
               dense: float, experts: float, in_flight: float) -> float:
         """Host bytes one GPU's process pins: the hybrid CPU optimizer's fp32 copies, moments and gradients of the
         offloaded share (``optimizer_state.host_bytes``) and, with fine-grained activation offload, the offloaded
         inputs of every layer of the micro-batches in flight (full recompute offloads nothing)."""
-        dp, layers_rank = self._weights_of(tp, pp, cp, ep, etp)[:2]  # the weights' own (cached)
+        dp, layers_rank = self._weights_of(tp, pp, cp, ep, etp, vpp)[:2]  # the weights' own (cached)
         edp = max(1, self.world // (ep * etp * pp))
         opt = host_bytes(self.offload) * (dense / dp + experts / edp) if self.opt != "muon" else 0.0
         acts = 0.0

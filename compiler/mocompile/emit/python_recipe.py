@@ -31,6 +31,7 @@ MODEL_FIELDS = (
     "recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules",
     "cuda_graph_impl", "cuda_graph_modules", "use_te_rng_tracker", "mtp_num_layers",
     "apply_rope_fusion", "cross_entropy_loss_fusion", "cross_entropy_fusion_impl", "moe_permute_fusion",
+    "bias_activation_fusion", "moe_router_fusion",
     "deterministic_mode", "fine_grained_activation_offloading", "offload_modules",
 )
 

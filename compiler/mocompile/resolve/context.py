@@ -17,7 +17,7 @@ NEUTRAL: dict[str, Any] = {
     "overlap_p2p_comm": False, "batch_p2p_comm": False, "overlap_grad_reduce": False, "overlap_param_gather": False,
     "use_te_rng_tracker": False, "num_microbatches": 1, "memory_estimate_gib": 0.0,
     "manual_gc": False, "apply_rope_fusion": False, "cross_entropy_loss_fusion": False,
-    "moe_permute_fusion": False, "grad_reduce_in_fp32": True,
+    "moe_permute_fusion": False, "grad_reduce_in_fp32": True, "bias_activation_fusion": False, "moe_router_fusion": False,
     "memory_biggest_term": None, "memory_min_gpus": None, "memory_limit_gib": None, "shipped_recipe": None,
     "step_time_estimate_s": None, "memory_host_node_gib": 0.0, "host_memory_limit_gib": None,
 }

@@ -2,7 +2,8 @@
 
 Bridge's ``_benchmark_common`` (megatron/bridge/perf_recipes/_common.py in 0.6.2) applies these to
 every MoE perf recipe beyond the MoE knobs: manual garbage collection, RoPE and cross-entropy
-fusion, gradient reduction in BF16; the recipes add fused permutation and TE layernorm SM margins.
+fusion, gradient reduction in BF16; the recipes add fused permutation, fused routing, the fused GLU and TE
+layernorm SM margins.
 Each is set only where the target stack supports it (Megatron-Core raises otherwise), with its
 source; `fit` and `bring-up` keep Megatron's defaults (full-precision gradient reduction, no
 fused kernels that a first run would have to debug).
@@ -46,6 +47,22 @@ def host_and_fusion(ctx: Context) -> None:
             "perf recipes fuse token permutation (TE >= 2.1; the unfused permute is part of why the published "
             "alltoall run without it took 41.25 s vs 24.71 s for HybridEP)" if permute else
             (why_not if not fast else "fused permutation needs TE >= 2.1 (transformer_config.py)"))
+    # Fused (weighted) GLU: Megatron-Core's unfused path (transformer/moe/experts.py bias_act_func, mlp.py glu)
+    # keeps the activation's output and the GLU product for backward beside fc1's output, 4 bytes per expert-FFN
+    # channel per routed token more than weighted_bias_swiglu_impl; every Bridge perf recipe turns it on, and the
+    # library recipes of DeepSeek-V3, GPT-OSS and Qwen3-30B-A3B do, those of Qwen3-235B-A22B and Qwen3-Next do not.
+    glu = te and bool(ctx.model.get("gated_linear_unit", True))
+    ctx.set("bias_activation_fusion", glu, "derived",
+            "fused SwiGLU/quick-GeGLU with the router probabilities (Megatron-Core weighted_bias_swiglu_impl): less "
+            "activation memory than the unfused GLU, as Bridge's perf recipes set it" if glu else
+            ("Megatron-Core fuses only gated SwiGLU/quick-GeGLU here (transformer_config.py)" if te else
+             "no Transformer Engine: fused kernel unavailable"))
+    # Fused top-k routing and aux loss (TE >= 2.7: moe_utils.py raises without fused_moe_aux_loss)
+    router = fast and _te_at_least(ctx, "2.7.0")
+    ctx.set("moe_router_fusion", router, "goal",
+            "Bridge's perf recipes fuse top-k routing and the aux loss (TE >= 2.7, "
+            "megatron/core/transformer/moe/moe_utils.py)" if router else
+            (why_not if not fast else "fused routing needs TE >= 2.7 (moe_utils.py fused_moe_aux_loss)"))
     bf16_reduce = fast and ctx["precision"] != "fp32" and not ctx["fp16"]
     ctx.set("grad_reduce_in_fp32", not bf16_reduce, "goal",
             f"{COMMON}: gradients reduced in BF16 (half the DP traffic)" if bf16_reduce else
