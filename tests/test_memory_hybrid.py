@@ -5,7 +5,6 @@ shapes of MCore 0.19.2's modules and checked against the rank probe of benchmark
 from __future__ import annotations
 
 import pytest
-
 from mocompile import memory
 from mocompile.catalogue import _defaults, models
 
