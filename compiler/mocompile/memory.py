@@ -61,14 +61,58 @@ def shipped_limit_gib(gpu_gib: float) -> float:
     return round(gpu_gib * (1.0 + limits()["measured_error"]), 2)
 
 
-def _attention_params(m: dict[str, Any]) -> float:
+def full_attention_layers(m: dict[str, Any], layers: int | None = None) -> int:
+    """How many of the first ``layers`` (default: all) decoder layers are full (softmax) attention: all of them but
+    in a hybrid model, where MCore makes layer l (1-based) full attention when l % ``linear_attention_freq`` == 0
+    and a Gated DeltaNet layer otherwise (MCore 0.19.2 models/gpt/experimental_attention_variant_module_specs.py
+    get_linear_attention_pattern: ``0 if (i + 1) % freq == 0 else 1``; Qwen3-Next: every 4th)."""
+    n = m["num_layers"] if layers is None else layers
+    freq = m.get("linear_attention_freq") if m.get("attention") == "hybrid" else None
+    return n // freq if freq else n
+
+
+def _full_attention_params(m: dict[str, Any]) -> float:
+    """One softmax-attention layer's projection weights (GQA or MLA). ``attention_output_gate``: MCore's gated
+    attention widens linear_qkv by a sigmoid gate as wide as q (MCore 0.19.2 transformer/attention.py:1829,
+    ``ng * (2 * np/ng + 2) * hn``)."""
     h, heads, kv = m["hidden_size"], m["num_attention_heads"], m["kv_channels"]
     if m.get("attention") == "mla":
         q_lora, kv_lora, rope, nope = m.get("q_lora_rank", 1536), m.get("kv_lora_rank", 512), 64, 128
         return (h * q_lora + q_lora * heads * (nope + rope) + h * (kv_lora + rope)
                 + kv_lora * heads * (nope + kv) + heads * kv * h)
     q, kvd = heads * kv, m["num_query_groups"] * kv
-    return h * (q + 2 * kvd) + q * h
+    gate = q if m.get("attention_output_gate") else 0
+    return h * (q + gate + 2 * kvd) + q * h
+
+
+def _gdn_dims(m: dict[str, Any]) -> tuple[int, int, int, int, int]:
+    """Gated DeltaNet widths (MCore 0.19.2 ssm/gated_delta_net/common.py:169-175, config defaults
+    transformer_config.py:356-368): q/k width, v width, value heads, key head dim, conv kernel."""
+    hk, hv = m.get("linear_num_key_heads", 16), m.get("linear_num_value_heads", 32)
+    dk, dv = m.get("linear_key_head_dim", 128), m.get("linear_value_head_dim", 128)
+    return hk * dk, hv * dv, hv, dk, m.get("linear_conv_kernel_dim", 4)
+
+
+def _gdn_params(m: dict[str, Any]) -> float:
+    """One Gated DeltaNet layer's weights (MCore 0.19.2 ssm/gated_delta_net/common.py:195-280, gdn.py:35-56):
+    in_proj h x (q, k, v, z gate, beta, alpha) = h x (2 qk + 2 v + 2 Hv); the depthwise causal conv1d over
+    q, k, v (2 qk + v channels x kernel, no bias); dt_bias and A_log (Hv each); out_norm (one head's width);
+    out_proj v x h. The in_proj's fused input norm is, as elsewhere, not counted."""
+    h = m["hidden_size"]
+    qk, v, hv, dk, kernel = _gdn_dims(m)
+    return h * (2 * qk + 2 * v + 2 * hv) + (2 * qk + v) * kernel + 2 * hv + m.get("linear_value_head_dim", 128) \
+        + v * h
+
+
+def _attention_params(m: dict[str, Any]) -> float:
+    """Attention weights per decoder layer, averaged over the layer mix (a hybrid model's Gated DeltaNet and full
+    attention layers; every other model's layers are all full attention). Also the attention projections'
+    FLOPs per token (steptime: 2 per weight)."""
+    full = _full_attention_params(m)
+    n_full = full_attention_layers(m)
+    if n_full == m["num_layers"]:
+        return full
+    return (n_full * full + (m["num_layers"] - n_full) * _gdn_params(m)) / m["num_layers"]
 
 
 def parameters(m: dict[str, Any]) -> dict[str, float]:
@@ -86,9 +130,44 @@ def parameters(m: dict[str, Any]) -> dict[str, float]:
             "experts": experts, "embedding": embed}
 
 
+GDN_CHUNK = 64  # fla chunk_gated_delta_rule's default chunk_size, which MCore 0.19.2 (gdn.py:238) leaves as it is
+
+
+def _gdn_act_bytes(m: dict[str, Any], modules: list[str] | tuple[str, ...]) -> float:
+    """Bytes one Gated DeltaNet layer keeps for backward per local token (bf16 unless stated), counted from MCore
+    0.19.2 ssm/gated_delta_net/gdn.py forward and fla-core 0.5.2's kernels:
+
+    - in_proj's fused input norm: its input and output (4h), as attention's linear_qkv;
+    - the whole in_proj output (q, k, v, z, beta, alpha): fla's causal_conv1d saves its input ``x``, which is a
+      split view of that output, without copying it (fla modules/conv/triton/ops.py:365-389,
+      ``input_guard(no_guard_contiguous=["x"])``, ``save_for_backward(x, ...)``);
+    - the l2-normed q and k (fla modules/l2norm.py:266 saves its output and an fp32 rstd per head row);
+    - q and k repeated to the value heads, and v made contiguous: saved by chunk_gated_delta_rule with the
+      fp32 cumulative decay g, beta and A, the bf16 [T, Hv, chunk] WY matrix (fla ops/gated_delta_rule/chunk.py:
+      310-326, chunk_fwd.py:382); the chunk states h are recomputed in backward, not kept;
+    - the gate's fp32 softplus/exp inputs (common.py:444, ``_compute_g_and_beta``);
+    - the gated output norm: the kernel output o (out_norm's input, TE RMSNorm, with its fp32 rstd per head
+      row), the normed o and the contiguous z the sigmoid-gated product keeps (common.py:370-379), and that
+      product, out_proj's input.
+
+    ``layernorm`` recompute drops the norm's tensors as for attention; ``core_attn`` recompute does not reach a
+    GDN layer (it has no core_attention submodule; MCore's own ``gdn_norm_out`` is not planned by mocompile)."""
+    h = m["hidden_size"]
+    qk, v, hv, dk, _ = _gdn_dims(m)
+    hk = qk // dk if dk else 0
+    norm = 0 if "layernorm" in modules else 4 * h
+    in_proj_out = 2 * (2 * qk + 2 * v + 2 * hv)
+    l2norm = 2 * 2 * qk + 4 * 2 * hk
+    kernel_in = 2 * 2 * hv * dk + 2 * v + 4 * hv + 2 * hv + 2 * hv * GDN_CHUNK
+    gates = 2 * 4 * hv
+    out = 4 * 2 * v + 4 * hv
+    return norm + in_proj_out + l2norm + kernel_in + gates + out
+
+
 def _act_bytes_per_token(m: dict[str, Any], force_balance: Any, modules: list[str] | tuple[str, ...],
                          full: bool, glu_fused: bool = True) -> float:
-    """Bytes kept for backward per local token per layer (averaged over dense/MoE layers). ``glu_fused`` False:
+    """Bytes kept for backward per local token per layer (averaged over dense/MoE layers, over a hybrid model's
+    Gated DeltaNet and full-attention layers). ``glu_fused`` False:
     Megatron-Core's unfused GLU (``bias_activation_fusion`` off; transformer/moe/experts.py ``bias_act_func``,
     transformer/mlp.py ``glu``: ``activation_func(x_glu) * (x_linear + glu_linear_offset)``) keeps the activation's
     output and the offset copy of the linear half (and, in the experts, the GLU product the router probabilities
@@ -105,6 +184,14 @@ def _act_bytes_per_token(m: dict[str, Any], force_balance: Any, modules: list[st
         attn -= 2 * (q + 2 * kvd)
     if "layernorm" in modules:
         attn -= 4 * h
+    if m.get("attention_output_gate"):
+        # gated attention (MCore 0.19.2 attention.py:1605-1629): the gate is a split of linear_qkv's output that
+        # the fused _apply_output_gate keeps with the core-attention output it multiplies (2q), and the gated
+        # product is a new tensor, linear_proj's saved input, where ungated attention's was its output (2q)
+        attn += 4 * q
+    n_full = full_attention_layers(m)
+    if n_full < m["num_layers"]:
+        attn = (n_full * attn + (m["num_layers"] - n_full) * _gdn_act_bytes(m, modules)) / m["num_layers"]
     topk = m["moe_router_topk"]
     imbalance = 1.0 if force_balance else ROUTING_IMBALANCE
     glu = bool(m.get("gated_linear_unit", True))
@@ -123,7 +210,8 @@ def _act_bytes_per_token(m: dict[str, Any], force_balance: Any, modules: list[st
     if "mlp" in modules:
         dense = 2 * h
     frac_moe = (m["num_layers"] - m.get("first_k_dense", 0)) / m["num_layers"]
-    return attn + frac_moe * moe + (1 - frac_moe) * dense
+    per_layer = attn + frac_moe * moe + (1 - frac_moe) * dense
+    return per_layer
 
 
 # Megatron-Core's fine-grained activation offload labels (TransformerConfig.offload_modules), in its order; the

@@ -204,7 +204,9 @@ def _model_key(m: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     keys = ("hidden_size", "gated_linear_unit", "attention", "kv_channels", "num_attention_heads", "num_query_groups",
             "moe_ffn_hidden_size", "moe_router_topk", "shared_expert_size", "num_moe_experts", "ffn_hidden_size",
             "vocab_size", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "num_layers",
-            "sliding_window", "window_attn_skip_freq")
+            "sliding_window", "window_attn_skip_freq", "attention_output_gate", "linear_attention_freq",
+            "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+            "linear_conv_kernel_dim")
     return tuple((k, m.get(k)) for k in keys if m.get(k) is not None)
 
 
