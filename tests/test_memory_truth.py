@@ -88,22 +88,22 @@ def mem(r, rule: str = "MEM001"):
 
 
 def test_fit_on_the_smallest_node_count_that_fits_compiles_under_the_headroom(tmp_path):
-    """DeepSeek-V3 on H100 fits first on 21 nodes (168 GPUs) by the planner's estimate and headroom."""
-    r = analyse(str(dsv3_fit(tmp_path, 21)))
+    """DeepSeek-V3 on H100 fits first on 24 nodes (192 GPUs) by the planner's estimate and headroom."""
+    r = analyse(str(dsv3_fit(tmp_path, 24)))
     assert not r.errors, [(d.rule, d.message) for d in r.errors]
     assert r.plan["memory_estimate_gib"] <= r.plan["memory_limit_gib"] == memory.usable_gib(80) == 73.6
 
 
 def test_fit_one_node_fewer_is_refused_and_names_the_smallest_count(tmp_path):
-    """On 20 nodes the best plan needs 78.69 GiB: 98 % of the GPU, over the 73.6 GiB the planner allows itself.
+    """On 23 nodes the best plan needs 75.55 GiB: 94 % of the GPU, over the 73.6 GiB the planner allows itself.
     `fit` used to exit 0 with it (MEM001 fired only over 100 %) and named 256 GPUs (doublings)."""
-    path = dsv3_fit(tmp_path, 20)
+    path = dsv3_fit(tmp_path, 23)
     r = analyse(str(path), CLOSED)
     [d] = mem(r)
     assert d.severity == "error"
-    assert d.message.startswith("estimated peak 78.69 GiB per GPU exceeds the 73.6 GiB a plan may fill on NVIDIA H100")
+    assert d.message.startswith("estimated peak 75.55 GiB per GPU exceeds the 73.6 GiB a plan may fill on NVIDIA H100")
     assert "(92% of its 80 GiB: the planner's headroom)" in d.message
-    assert d.message.endswith("the smallest GPU count (whole nodes of 8) with a layout that fits is 168")
+    assert d.message.endswith("the smallest GPU count (whole nodes of 8) with a layout that fits is 192")
     assert run_cli("lint", str(path), *[a for c in CLOSED for a in ("--set", c)]).returncode == 1
     # with the levers left auto, the 20 nodes fit on a rung of Adam's memory ladder
     free = analyse(str(path))
@@ -127,9 +127,9 @@ def pinned(p) -> list[str]:
 
 @pytest.mark.parametrize("below,refused", [(0.0, False), (0.01, True)])
 def test_fit_exactly_at_the_headroom_compiles_and_a_hundredth_below_is_refused(tmp_path, monkeypatch, below, refused):
-    """The planner's fit test and MEM001 read the same estimate against the same limit: the 168-GPU plan, pinned,
+    """The planner's fit test and MEM001 read the same estimate against the same limit: the 192-GPU plan, pinned,
     is emitted with the headroom exactly at its estimate, and refused with the headroom 0.01 GiB under it."""
-    path = dsv3_fit(tmp_path, 21)
+    path = dsv3_fit(tmp_path, 24)
     p = analyse(str(path), CLOSED).plan
     est, sets = p["memory_estimate_gib"], pinned(p) + CLOSED
     monkeypatch.setattr(memory, "limits", lambda: {"headroom": (est - below) / 80, "measured_error": 0.074,

@@ -154,20 +154,20 @@ def test_with_every_lever_closed_mem001_names_the_gpu_count_and_the_lever_that_w
     path = _intent(tmp_path, GPT_OSS_8_B200)
     res = run_cli("lint", str(path), "--set", "training.optimizer_state=fp32", "--set", "training.optimizer_offload=0")
     assert res.returncode == 1 and "[MEM001]" in res.stdout and "is 16" in res.stdout
-    dsv3 = _intent(tmp_path, "model: deepseek-v3\nhardware: {gpu: h100, nodes: 6}\ngoal: fit\n")
+    dsv3 = _intent(tmp_path, "model: deepseek-v3\nhardware: {gpu: h100, nodes: 7}\ngoal: fit\n")
     res = run_cli("lint", str(dsv3))
     # one node fewer than fits with the whole state offloaded: MEM001 says how many GPUs fit with the recipe's
-    # optimizer state (bf16 moments: 16 B at the step's peak), and with the offload: 7 nodes
-    assert res.returncode == 1 and "is 208 (56 with training.optimizer_offload: 1" in res.stdout
-    # and what the fewer GPUs cost: at the same global batch each of 56 GPUs computes 208/56 = 3.7x the tokens of
-    # one of 208, and the CPU Adam step comes on top, so the predicted ratio is above 3.7
-    ratio = float(re.search(r"predicted ([0-9.]+)x the step time on 208\)", res.stdout).group(1))
-    assert 208 / 56 < ratio < 10
-    seven = _intent(tmp_path, "model: deepseek-v3\nhardware: {gpu: h100, nodes: 7}\ngoal: fit\n")
-    assert run_cli("lint", str(seven)).returncode == 0
+    # optimizer state (bf16 moments: 16 B at the step's peak), and with the offload: 8 nodes
+    assert res.returncode == 1 and "is 224 (64 with training.optimizer_offload: 1" in res.stdout
+    # and what the fewer GPUs cost: at the same global batch each of 64 GPUs computes 224/64 = 3.5x the tokens of
+    # one of 224, and the CPU Adam step comes on top, so the predicted ratio is above 3.5
+    ratio = float(re.search(r"predicted ([0-9.]+)x the step time on 224\)", res.stdout).group(1))
+    assert 224 / 64 < ratio < 10
+    eight = _intent(tmp_path, "model: deepseek-v3\nhardware: {gpu: h100, nodes: 8}\ngoal: fit\n")
+    assert run_cli("lint", str(eight)).returncode == 0
     # with the offload pinned off, no lever is left open that fits on fewer GPUs: no note
     res = run_cli("lint", str(dsv3), "--set", "training.optimizer_offload=0")
-    assert res.returncode == 1 and "is 208\n" in res.stdout
+    assert res.returncode == 1 and "is 224\n" in res.stdout
 
 
 def test_deepseek_v3_fits_64_h100s_with_the_whole_optimizer_offloaded(tmp_path):

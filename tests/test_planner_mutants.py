@@ -1050,9 +1050,12 @@ def test_activations_in_flight_per_schedule_and_the_last_stage_with_logits():
     _, inflight, acts, logits = deep._acts_of(1, 4, 1, 1, 2, 1, None, (), False)
     assert inflight == 4
     assert (acts, logits) == (pytest.approx(per_tok * 1024 * 4 * te), 0.0)            # 4 in flight > 1 + logits
-    _, inflight, _, _ = deep._acts_of(1, 4, 2, 1, 2, 1, None, (), False)
+    # PP 4 x VPP 2 with 8 layers (one per chunk): Megatron's interleaved warm-up, 2 (PP-1) + (VPP-1) PP chunk
+    # forwards, plus the one before the first backward: 11 chunks = 4 (1 + 3/8) micro-batches of 2 layers
+    deep8 = memory.Estimator(dict(TOY, num_layers=8), mem_cfg(global_batch_size=32))
+    _, inflight, _, _ = deep8._acts_of(1, 4, 2, 1, 2, 2, None, (), False)
     assert inflight == pytest.approx(4 * (1 + 3 / 8))
-    _, inflight, _, _ = deep._acts_of(1, 4, 2, 1, 2, 1, None, (), True)
+    _, inflight, _, _ = deep8._acts_of(1, 4, 2, 1, 2, 2, None, (), True)
     assert inflight == pytest.approx(4 * (1 + 3 / 8) + 1 / 2)
     # PP 2 with only 1 micro-batch: one in flight, so the last stage (one + logits) is the peak
     one = memory.Estimator(TOY, mem_cfg(global_batch_size=4))

@@ -299,9 +299,12 @@ class Estimator:
         self.graph_scopes = tuple(c.get("cuda_graph_modules") or c.get("cuda_graph_scope") or ())
         self.unfused = c.get("gradient_accumulation_fusion") is False
         self.layout = c.get("pipeline_model_parallel_layout")
+        # None: the most-loaded pipeline stage; a number: that stage (the rank probe compares the rank it measured)
+        self.stage = c.get("memory_stage")
         self.glu_fused = c.get("bias_activation_fusion") is not False  # absent: fused (Bridge's perf recipes)
         self.mtp = int(c.get("mtp_num_layers") or m.get("mtp_num_layers") or 0)
-        self._chunks: dict[tuple[int, int], tuple[tuple[float, ...], tuple[float, ...]]] = {}
+        self.peak_stage: dict[tuple[Any, ...], int] = {}   # _acts_of's key -> the pipeline stage its peak is on
+        self._chunks: dict[tuple[int, int], tuple[tuple[tuple[float, ...], ...], tuple[tuple[float, ...], ...]]] = {}
         self._weights: dict[tuple[int, ...], tuple[Any, ...]] = {}
         self._acts: dict[tuple[Any, ...], tuple[float, ...]] = {}
         self._per_token: dict[tuple[Any, ...], float] = {}
@@ -319,14 +322,15 @@ class Estimator:
                              c.get("hybridep_ranks_per_domain"), c.get("cuda_graph_impl") or "none",
                              tuple(c.get("cuda_graph_modules") or c.get("cuda_graph_scope") or ()))
 
-    def stage_chunks(self, pp: int, vpp: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
-        """Decoder layers in each virtual chunk of the first and of the last pipeline rank. Megatron-Core places the
-        layout's stage ``i`` on pipeline rank ``i % pp``, virtual stage ``i // pp``
+    def stage_chunks(self, pp: int, vpp: int) -> tuple[tuple[tuple[float, ...], ...], tuple[tuple[float, ...], ...]]:
+        """(layers, dense layers) in each virtual chunk of every pipeline rank. Megatron-Core places the layout's
+        stage ``i`` on pipeline rank ``i % pp``, virtual stage ``i // pp``
         (``megatron/core/transformer/pipeline_parallel_layer_layout.py``), so a layout that gives the embedding's
-        stage fewer layers (``Et|(tt|)*30mL``: DeepSeek-V3's first rank holds 1 + 2 + 2 + 2 = 7 of 61) gives that
-        rank fewer parameters and fewer layer-activations in flight than ``num_layers / pp``. The layout is the
-        plan's where it is legal for this (PP, VPP), else the one the planner derives for it (``layout.derive``:
-        uneven splits and MTP), else an even split."""
+        stage fewer layers (``Et|(tt|)*30mL``: DeepSeek-V3's first rank holds 1 + 2 + 2 + 2 = 7 of 61, one of them
+        dense) gives that rank fewer parameters and fewer layer-activations in flight than ``num_layers / pp``, and
+        its middle ranks more. The layout is the plan's where it is legal for this (PP, VPP), else the one the
+        planner derives for it (``layout.derive``: uneven splits and MTP), else an even split. The model's first
+        ``first_k_dense`` layers are the dense ones."""
         key = (pp, vpp)
         hit = self._chunks.get(key)
         if hit is not None:
@@ -338,13 +342,13 @@ class Estimator:
                 text = self.layout
             elif mtp or not layouts.even(pp, vpp, n):
                 text = layouts.derive(pp, vpp, n, mtp)
-        if text is None:
-            per = math.ceil(n / pp) / vpp
-            hit = ((per,) * vpp, (per,) * vpp)
-        else:
-            stages = layouts.expand(text)
-            hit = (tuple(float(stages[j * pp].count("t")) for j in range(vpp)),
-                   tuple(float(stages[j * pp + pp - 1].count("t")) for j in range(vpp)))
+        counts = [float(st.count("t")) for st in layouts.expand(text)] if text else \
+            [math.ceil(n / pp) / vpp] * (pp * vpp)
+        starts = [sum(counts[:i]) for i in range(len(counts))]
+        dense = self.m.get("first_k_dense", 0)
+        dense_in = [max(0.0, min(counts[i], dense - starts[i])) for i in range(len(counts))]
+        hit = (tuple(tuple(counts[j * pp + r] for j in range(vpp)) for r in range(pp)),
+               tuple(tuple(dense_in[j * pp + r] for j in range(vpp)) for r in range(pp)))
         self._chunks[key] = hit
         return hit
 
@@ -356,51 +360,68 @@ class Estimator:
         m, p, world = self.m, self.p, self.world
         dp = max(1, world // (tp * pp * cp))
         edp = max(1, world // (ep * etp * pp))
-        first, last = self.stage_chunks(pp, vpp)
-        layers_rank = max(sum(first), sum(last))  # the fuller end of the pipeline (embedding or output layer on it)
-        share = layers_rank / m["num_layers"]
-        dense = (p["attention"] + p["dense_mlp"] + p["shared"]) * share / tp + p["router"] * share
-        dense += p["embedding"] / 2 / tp if pp > 1 else p["embedding"] / tp
-        experts = p["experts"] * share / (ep * etp)
-        grad = self.grad
-        opt, emb = self.opt, (p["embedding"] / 2 / tp if pp > 1 else p["embedding"] / tp)
-        st, off, fp8m = self.opt_state, self.offload, self.fp8_master
-        held_dense = held_expert = 2 + grad  # bf16 weight + gradient buffer, whole on every DP rank
-        gathered = 0.0
-        if self.fsdp:
-            # Megatron-FSDP (optim_grads_params) shards them like the optimizer state, over DP and expert-DP; each
-            # layer is gathered whole for its forward and backward (and its gradient reduce-scattered from a whole
-            # buffer): the layer computing and the one prefetched, and the embedding/output layer at the ends
-            held_dense, held_expert = (2 + grad) / dp, (2 + grad) / edp
-            layer = (dense - emb) / max(1, layers_rank) + experts / max(1, layers_rank)
-            gathered = (2 + grad) * (2 * layer + emb)
-        bytes_dense = held_dense + state_bytes_per_param(opt, dp, emb / dense if dense else 0.0, st, off, fp8m)
-        bytes_expert = held_expert + state_bytes_per_param(opt, edp, 0.0, st, off, fp8m)
-        weights = dense * bytes_dense + experts * bytes_expert + gathered
-        unfused_wgrad = 0.0
-        if self.unfused:
-            # Without the fused wgrad-into-main_grad GEMMs (they need Apex), each weight gradient is a separate bf16
-            # tensor until it is added to the gradient buffer: one layer's local weights at a time during backward,
-            # with the output layer's at its start (no Apex on the TE grid: 0.3 GiB of its 36.7 GiB peak).
-            n_moe = max(1, m["num_layers"] - m.get("first_k_dense", 0))
-            layer = (p["attention"] / m["num_layers"] + (p["shared"] + p["router"]) / n_moe) / tp \
-                + p["experts"] / n_moe / (ep * etp)
-            unfused_wgrad = 2.0 * (layer + p["embedding"] / 2 / tp)
-        # what exists only while Adam steps, per parameter of this rank's optimizer shard (optimizer_state.step_bytes)
-        step = 0.0
-        if opt != "muon":
-            per = step_bytes(st, off, fp8m, main_grad_copies=grad == 2)
-            step = (dense / dp + experts / edp) * per
-        hit = self._weights[key] = (dp, layers_rank, dense, experts, weights, unfused_wgrad, step)
+        ranks, dense_chunks = self.stage_chunks(pp, vpp)
+
+        def weigh(r: int) -> tuple[Any, ...]:
+            """Weights, gradients and optimizer state of pipeline rank r (its layers by the layout)."""
+            layers_rank = sum(ranks[r])
+            # its dense layers carry the dense MLP, its MoE layers the router, shared expert and experts
+            n_dense = m.get("first_k_dense", 0)
+            dense_here = sum(dense_chunks[r])
+            moe_share = (layers_rank - dense_here) / max(1, m["num_layers"] - n_dense)
+            share = layers_rank / m["num_layers"]
+            dense = (p["attention"] * share + p["dense_mlp"] * (dense_here / n_dense if n_dense else 0.0)
+                     + p["shared"] * moe_share) / tp + p["router"] * moe_share
+            dense += p["embedding"] / 2 / tp if pp > 1 else p["embedding"] / tp
+            experts = p["experts"] * moe_share / (ep * etp)
+            grad = self.grad
+            opt, emb = self.opt, (p["embedding"] / 2 / tp if pp > 1 else p["embedding"] / tp)
+            st, off, fp8m = self.opt_state, self.offload, self.fp8_master
+            held_dense = held_expert = 2 + grad  # bf16 weight + gradient buffer, whole on every DP rank
+            gathered = 0.0
+            if self.fsdp:
+                # Megatron-FSDP (optim_grads_params) shards them like the optimizer state, over DP and expert-DP; each
+                # layer is gathered whole for its forward and backward (and its gradient reduce-scattered from a whole
+                # buffer): the layer computing and the one prefetched, and the embedding/output layer at the ends
+                held_dense, held_expert = (2 + grad) / dp, (2 + grad) / edp
+                layer = (dense - emb) / max(1, layers_rank) + experts / max(1, layers_rank)
+                gathered = (2 + grad) * (2 * layer + emb)
+            bytes_dense = held_dense + state_bytes_per_param(opt, dp, emb / dense if dense else 0.0, st, off, fp8m)
+            bytes_expert = held_expert + state_bytes_per_param(opt, edp, 0.0, st, off, fp8m)
+            weights = dense * bytes_dense + experts * bytes_expert + gathered
+            unfused_wgrad = 0.0
+            if self.unfused:
+                # Without the fused wgrad-into-main_grad GEMMs (they need Apex), each weight gradient is a separate bf16
+                # tensor until it is added to the gradient buffer: one layer's local weights at a time during backward,
+                # with the output layer's at its start (no Apex on the TE grid: 0.3 GiB of its 36.7 GiB peak).
+                n_moe = max(1, m["num_layers"] - m.get("first_k_dense", 0))
+                layer = (p["attention"] / m["num_layers"] + (p["shared"] + p["router"]) / n_moe) / tp \
+                    + p["experts"] / n_moe / (ep * etp)
+                unfused_wgrad = 2.0 * (layer + p["embedding"] / 2 / tp)
+            # what exists only while Adam steps, per parameter of this rank's optimizer shard (optimizer_state.step_bytes)
+            step = 0.0
+            if opt != "muon":
+                per = step_bytes(st, off, fp8m, main_grad_copies=grad == 2)
+                step = (dense / dp + experts / edp) * per
+            return (dp, layers_rank, dense, experts, weights, unfused_wgrad, step)
+
+        if self.stage is not None:
+            hit = weigh(min(self.stage, pp - 1))
+        else:  # the heaviest rank's (with the activations' heaviest rank, an upper bound on any one rank's sum)
+            hit = max((weigh(r) for r in range(pp)), key=lambda w: w[4])
+        self._weights[key] = hit
         return hit
 
-    def _bytes_per_token(self, modules: tuple[str, ...], full: bool) -> float:
-        key = (modules, full)
+    def _bytes_per_token(self, modules: tuple[str, ...], full: bool, kind: str = "mix") -> float:
+        """``kind``: "mix" averages dense and MoE layers over the model; "moe" and "dense" price one kind (a
+        pipeline rank holds the layers its stages hold, not the model's average)."""
+        key = (modules, full, kind)
         hit = self._per_token.get(key)
         if hit is None:
-            hit = _act_bytes_per_token(self.m, self.force_balance, modules, full, self.glu_fused)
+            m = self.m if kind == "mix" else {**self.m, "first_k_dense": 0 if kind == "moe" else self.m["num_layers"]}
+            hit = _act_bytes_per_token(m, self.force_balance, modules, full, self.glu_fused)
             if not full:  # full recompute keeps only each layer's input: nothing for offload to move
-                hit -= min(hit, offloaded_bytes_per_token(self.m, self.force_balance, self.act_offload, modules))
+                hit -= min(hit, offloaded_bytes_per_token(m, self.force_balance, self.act_offload, modules))
             self._per_token[key] = hit
         return hit
 
@@ -414,47 +435,63 @@ class Estimator:
         full = granularity == "full"
         s, b = self.seq, self.mbs
         tokens = s * b / (tp * cp)
-        per_layer = self._bytes_per_token(modules, full) * tokens
-        if self.impl == "transformer_engine" and (self.fp8 or self.fp4) and not full:
-            # FP8/FP4 recipes: TE keeps the GEMM inputs it needs for the weight gradient in the low-precision
-            # (column-wise) copy it already made, 1 byte (FP4: ~0.5) instead of 2 per element: the QKV and output
-            # projection inputs and, per routed token, the expert fc1 and fc2 inputs.
-            saved = 0.75 if self.fp4 else 0.5
-            imbalance = 1.0 if self.force_balance else ROUTING_IMBALANCE
-            q = m["num_attention_heads"] * m["kv_channels"]
-            gemm_in = 2 * m["hidden_size"] + 2 * q
-            if "moe" not in modules:
-                gemm_in += m["moe_router_topk"] * imbalance * 2 * (m["hidden_size"] + m["moe_ffn_hidden_size"]) \
-                    * (m["num_layers"] - m.get("first_k_dense", 0)) / m["num_layers"]
-            per_layer -= saved * gemm_in * tokens
-        if self.impl == "local" and not ("core_attn" in modules or full):
-            per_layer += ATTN_SCORE_BYTES * m["num_attention_heads"] / tp * (s / cp) ** 2 * b  # unfused softmax
+        def per_layer_of(kind: str) -> float:
+            """Bytes one layer of ``kind`` ("mix": the model's dense/MoE average) keeps per micro-batch."""
+            per_layer = self._bytes_per_token(modules, full, kind) * tokens
+            if self.impl == "transformer_engine" and (self.fp8 or self.fp4) and not full:
+                # FP8/FP4 recipes: TE keeps the GEMM inputs it needs for the weight gradient in the low-precision
+                # (column-wise) copy it already made, 1 byte (FP4: ~0.5) instead of 2 per element: the QKV and output
+                # projection inputs and, per routed token, the expert fc1 and fc2 inputs.
+                saved = 0.75 if self.fp4 else 0.5
+                imbalance = 1.0 if self.force_balance else ROUTING_IMBALANCE
+                q = m["num_attention_heads"] * m["kv_channels"]
+                gemm_in = 2 * m["hidden_size"] + 2 * q
+                frac_moe = {"moe": 1.0, "dense": 0.0}.get(
+                    kind, (m["num_layers"] - m.get("first_k_dense", 0)) / m["num_layers"])
+                if "moe" not in modules:
+                    gemm_in += m["moe_router_topk"] * imbalance * 2 * (m["hidden_size"] + m["moe_ffn_hidden_size"]) \
+                        * frac_moe
+                per_layer -= saved * gemm_in * tokens
+            if self.impl == "local" and not ("core_attn" in modules or full):
+                per_layer += ATTN_SCORE_BYTES * m["num_attention_heads"] / tp * (s / cp) ** 2 * b  # unfused softmax
+            return per_layer
+
         m_total = max(1, self.gbs // max(1, b * dp))
-        first, last = self.stage_chunks(pp, vpp)
-        # Layer-activations in flight at the schedule's peak, in layer x micro-batch units. Megatron-Core's
-        # interleaved 1F1B (schedules.py, get_pp_rank_microbatches) runs (pp - rank - 1) * 2 + (vpp - 1) * pp warm-up
-        # chunk forwards, then one more before the first backward; forward k runs chunk (k // pp) % vpp. Plain 1F1B
-        # keeps min(pp - rank, micro-batches) whole micro-batches on rank ``rank``.
-        if pp == 1:
-            lm_first = lm_last = sum(first) * (1 + (OVERLAP_EXTRA if overlap else 0.0))
-        elif vpp == 1:
-            # Combined 1F1B (EP overlap) frees micro-batch i layer by layer while i+1 allocates: measured +8 % peak
-            # on 2x H100 without a pipeline (~0.15 of a micro-batch); with a pipeline its warm-up runs one more.
-            lm_first = sum(first) * (min(pp, m_total) + (1 if overlap else 0))
-            lm_last = sum(last) * (1 + (OVERLAP_EXTRA if overlap else 0.0))
-        else:
-            extra = 1 if overlap else 0
-            lm_first = _layer_microbatches(first, pp, min(m_total * vpp, 2 * (pp - 1) + (vpp - 1) * pp + 1 + extra))
-            lm_last = _layer_microbatches(last, pp, min(m_total * vpp, (vpp - 1) * pp + 1 + extra))
-        acts_first, acts_last = per_layer * lm_first, per_layer * lm_last
-        if full:  # one layer is rematerialised at a time
-            acts_first += self._bytes_per_token((), False) * tokens
-            acts_last += self._bytes_per_token((), False) * tokens
-        logits = s * b * m["vocab_size"] * 4 * 2 / (tp * cp)  # fp32 logits and their gradient, last stage
-        first_peaks = acts_first >= acts_last + logits and pp > 1
-        acts, logits = (acts_first, 0.0) if first_peaks else (acts_last, logits)
-        # in whole micro-batches of the stage the peak is on (what `explain` and the rank probe print)
-        in_flight = (lm_first / max(1.0, sum(first))) if first_peaks else (lm_last / max(1.0, sum(last)))
+        ranks, dense = self.stage_chunks(pp, vpp)
+        logits_full = s * b * m["vocab_size"] * 4 * 2 / (tp * cp)  # fp32 logits and their gradient, last stage
+        mixed = not any(any(d) for d in dense) or pp == 1
+        per_mix = per_layer_of("mix") if mixed else 0.0
+        per_dense, per_moe = (0.0, 0.0) if mixed else (per_layer_of("dense"), per_layer_of("moe"))
+        best: tuple[float, ...] | None = None   # (acts + logits, acts, in_flight, rank) of the most-loaded rank
+        for r in (range(pp) if self.stage is None else (min(self.stage, pp - 1),)):
+            # Layer-activations in flight at the schedule's peak on rank r, in layer x micro-batch units.
+            # Megatron-Core's interleaved 1F1B (schedules.py, get_pp_rank_microbatches) runs (pp - r - 1) * 2 +
+            # (vpp - 1) * pp warm-up chunk forwards, then one more before the first backward; forward k runs chunk
+            # (k // pp) % vpp. Plain 1F1B keeps min(pp - r, micro-batches) whole micro-batches on rank r. Combined 1F1B
+            # (EP overlap) frees micro-batch i layer by layer while i+1 allocates: measured +8 % peak on 2x H100
+            # without a pipeline (~0.15 of a micro-batch); with a pipeline its warm-up runs one chunk more.
+            chunks, dchunks = ranks[r], dense[r]
+            last = r == pp - 1
+            if pp == 1 or (vpp == 1 and last):
+                mbs = 1 + (OVERLAP_EXTRA if overlap else 0.0)
+                lm, ld = sum(chunks) * mbs, sum(dchunks) * mbs
+            elif vpp == 1:
+                mbs = min(pp - r, m_total) + (1 if overlap else 0)
+                lm, ld = sum(chunks) * mbs, sum(dchunks) * mbs
+            else:
+                forwards = min(m_total * vpp, 2 * (pp - r - 1) + (vpp - 1) * pp + 1 + (1 if overlap else 0))
+                lm, ld = _layer_microbatches(chunks, pp, forwards), _layer_microbatches(dchunks, pp, forwards)
+            # a dense layer priced as itself: with `mlp` recomputed it keeps a tenth of a MoE layer's activations
+            acts_r = per_mix * lm if mixed else per_dense * ld + per_moe * (lm - ld)
+            if full:  # one layer is rematerialised at a time
+                acts_r += self._bytes_per_token((), False) * tokens
+            logits_r = logits_full if last else 0.0
+            if best is None or acts_r + logits_r > best[0] + 1e-6:
+                best = (acts_r + logits_r, acts_r, lm / max(1.0, sum(chunks)), r)
+                logits = logits_r
+        assert best is not None
+        acts, in_flight = best[1], best[2]
+        self.peak_stage[key] = int(best[3])
         if self.impl == "transformer_engine":
             acts, logits = acts * TE_ACTIVATION_FACTOR, logits * TE_ACTIVATION_FACTOR
         hit = self._acts[key] = (tokens, in_flight, acts, logits)
@@ -556,6 +593,8 @@ class Estimator:
             "nccl_context_gib": WORKSPACE_GIB,
             "params_per_gpu_m": round((dense + experts) / 1e6, 1),
             "in_flight_microbatches": round(in_flight, 2),
+            # the pipeline stage this estimate is of: the most-loaded one unless ``memory_stage`` named one
+            "stage": self.peak_stage.get((tp, pp, vpp, cp, granularity, modules, overlap), 0),
             # pinned host memory per GPU: the offloaded optimizer share and the offloaded activations (MEM003)
             "host_gib": round(self._host(tp, pp, vpp, ep, etp, cp, granularity, modules, dense, experts, in_flight) / GIB, 2),
         }

@@ -44,17 +44,20 @@ def stage_rank(world: int, pp: int, stage: int) -> int:
 
 
 def most_loaded_stage(plan: Plan, est: dict[str, Any]) -> tuple[int, str]:
-    """(stage, why) of the rank the estimate describes. ``memory.Estimator`` compares the first stage (the most
-    micro-batches in flight, no logits) with the last (one micro-batch's activations plus the logits) and keeps
-    the larger: its logits term is zero exactly when it chose the first stage of a pipeline."""
+    """(stage, why) of the rank the estimate describes: ``memory.Estimator`` prices every pipeline stage (its
+    layers by the layout, the micro-batches its schedule keeps in flight, the last one's logits) and keeps the
+    largest."""
     pp = int(plan["pipeline_model_parallel_size"])
     if pp == 1:
         return 0, "no pipeline: every rank holds the whole stack, the embedding, the output layer and the loss"
-    if est["logits_gib"] == 0.0:
-        return 0, (f"the first of {pp} pipeline stages: {est['in_flight_microbatches']:g} micro-batches' activations "
-                   "in flight outweigh the last stage's logits (memory estimate)")
-    return pp - 1, (f"the last of {pp} pipeline stages: one micro-batch's activations plus the fp32 logits "
-                    f"({est['logits_gib']:g} GiB) outweigh the first stage's in-flight activations (memory estimate)")
+    stage = int(est.get("stage") or 0)
+    if stage == pp - 1:
+        return stage, (f"the last of {pp} pipeline stages: its in-flight activations plus the fp32 logits "
+                       f"({est['logits_gib']:g} GiB) are the largest of the stages (memory estimate)")
+    n = stage + 1
+    where = "first" if stage == 0 else f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+    return stage, (f"the {where} of {pp} pipeline stages: {est['in_flight_microbatches']:g} micro-batches' "
+                   "activations in flight on its layers are the largest of the stages (memory estimate)")
 
 
 def probe_microbatches(plan: Plan) -> int:
@@ -117,6 +120,10 @@ def spec(plan: Plan) -> dict[str, Any]:
     subs = _substitutions(plan, m, m_probe)
     est_probe = memory.estimate(plan.model, _settings(plan, subs))
     stage, why = most_loaded_stage(plan, est_probe)
+    # the estimate of the probed rank itself (the planner's adds the heaviest rank's weights to the heaviest rank's
+    # activations, which may be two ranks)
+    est_plan = memory.estimate(plan.model, dict(plan.values(), memory_stage=stage))
+    est_probe = memory.estimate(plan.model, dict(_settings(plan, subs), memory_stage=stage))
     terms = ((plan.planner or {}).get("chosen") or {}).get("terms_s") or {}
     compute = sum(float(terms.get(k) or 0.0) for k in ("compute", "recompute"))
     keep = ("estimate_gib", "total_gib", "weights_and_optimizer_gib", "activations_gib", "logits_gib",

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-ep8-mid-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:f9e28f15c550684a input sha256:f169acdc8876deaf
+# mocompile: checksum sha256:bf9bbe73e0e5f89a input sha256:f169acdc8876deaf
 """bench-ep8-mid-auto: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (a small test MoE) on 8x NVIDIA H100 80GB HBM3, goal throughput.
@@ -37,14 +37,14 @@ from megatron.core.transformer.enums import AttnBackend
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
-PLANNED = {'seq_length': 2048, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 8, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_flex_dispatcher_num_sms': 32, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': False, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': False, 'cross_entropy_fusion_impl': 'native', 'moe_permute_fusion': False, 'deterministic_mode': False, 'fine_grained_activation_offloading': False, 'offload_modules': [], 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'hybridep'}
+PLANNED = {'seq_length': 2048, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 8, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_flex_dispatcher_num_sms': 32, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': False, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': False, 'cross_entropy_fusion_impl': 'native', 'moe_permute_fusion': False, 'bias_activation_fusion': False, 'moe_router_fusion': False, 'deterministic_mode': False, 'fine_grained_activation_offloading': False, 'offload_modules': [], 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'hybridep'}
 
 # The launch environment this plan was compiled for (launchers export the same block).
 ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_NVLS_ENABLE': '0', 'NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN': '8', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True', 'USE_MNNVL': '0'}
 
 # MOCOMPILE_RANK_PROBE (rankprobe.sh, `mocompile rankprobe`): the rank this plan's memory estimate calls most loaded,
 # what the probe runs instead of what a fake process group cannot run, and the estimates it is compared with.
-RANK_PROBE = {'world_size': 8, 'rank': 0, 'stage': 0, 'stages': 1, 'rank_why': 'no pipeline: every rank holds the whole stack, the embedding, the output layer and the loss', 'iterations': 6, 'microbatches': {'plan': 2, 'probe': 2}, 'global_batch_size': 32, 'model': {'moe_token_dispatcher_type': 'alltoall', 'moe_router_force_load_balancing': True}, 'substitutions': [{'field': 'moe_token_dispatcher_type', 'plan': 'flex (hybridep)', 'probe': 'alltoall', 'rule': 'PRB002', 'why': "HybridEP needs real peers (its buffers exchange IPC and NVSHMEM handles at construction); Megatron-LM refuses the flex dispatcher under a fake process group. The alltoall dispatcher moves the same tokens through PyTorch's allocator; the flex dispatcher's own buffers are outside it"}, {'field': 'moe_router_force_load_balancing', 'plan': False, 'probe': True, 'rule': 'PRB003', 'why': "the tokens a rank's experts receive depend on every other rank's routing, which a fake group does not run: routing is forced to balance (random router logits), so each expert gets its mean share; the estimate's natural-routing imbalance is not measured"}], 'estimate': {'plan': {'estimate_gib': 27.9, 'total_gib': 28.52, 'weights_and_optimizer_gib': 13.54, 'activations_gib': 13.14, 'logits_gib': 0.98, 'dispatcher_buffers_gib': 0.13, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.24, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 1106.2, 'in_flight_microbatches': 1}, 'probe': {'estimate_gib': 26.9, 'total_gib': 27.4, 'weights_and_optimizer_gib': 13.54, 'activations_gib': 12.14, 'logits_gib': 0.98, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.24, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 1106.2, 'in_flight_microbatches': 1}, 'difference_gib': {'allocated': 1.0, 'total': 1.12}}, 'model_compute_s': {'plan': 0.311, 'probe': 0.311}}
+RANK_PROBE = {'world_size': 8, 'rank': 0, 'stage': 0, 'stages': 1, 'rank_why': 'no pipeline: every rank holds the whole stack, the embedding, the output layer and the loss', 'iterations': 6, 'microbatches': {'plan': 2, 'probe': 2}, 'global_batch_size': 32, 'model': {'moe_token_dispatcher_type': 'alltoall', 'moe_router_force_load_balancing': True}, 'substitutions': [{'field': 'moe_token_dispatcher_type', 'plan': 'flex (hybridep)', 'probe': 'alltoall', 'rule': 'PRB002', 'why': "HybridEP needs real peers (its buffers exchange IPC and NVSHMEM handles at construction); Megatron-LM refuses the flex dispatcher under a fake process group. The alltoall dispatcher moves the same tokens through PyTorch's allocator; the flex dispatcher's own buffers are outside it"}, {'field': 'moe_router_force_load_balancing', 'plan': False, 'probe': True, 'rule': 'PRB003', 'why': "the tokens a rank's experts receive depend on every other rank's routing, which a fake group does not run: routing is forced to balance (random router logits), so each expert gets its mean share; the estimate's natural-routing imbalance is not measured"}], 'estimate': {'plan': {'estimate_gib': 31.5, 'total_gib': 32.12, 'weights_and_optimizer_gib': 13.54, 'activations_gib': 16.74, 'logits_gib': 0.98, 'dispatcher_buffers_gib': 0.13, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.24, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 1106.2, 'in_flight_microbatches': 1.0}, 'probe': {'estimate_gib': 29.9, 'total_gib': 30.4, 'weights_and_optimizer_gib': 13.54, 'activations_gib': 15.14, 'logits_gib': 0.98, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.24, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 1106.2, 'in_flight_microbatches': 1.0}, 'difference_gib': {'allocated': 1.6, 'total': 1.72}}, 'model_compute_s': {'plan': 0.311, 'probe': 0.311}}
 
 
 def _model() -> GPTModelProvider:
@@ -129,7 +129,7 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 2048  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.42 s/step, 130 TFLOPS/GPU, 28.5 GiB (of 142 candidates scored); the documented defaults (Megatron-Bridge MoE performance guidance): also the fastest plan found (0.419 s/step)
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.42 s/step, 130 TFLOPS/GPU, 32.1 GiB (of 142 candidates scored); the documented defaults (Megatron-Bridge MoE performance guidance): also the fastest plan found (0.419 s/step)
     model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.42 s/step; see tensor_model_parallel_size)
     model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.42 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
@@ -141,10 +141,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = False  # derived: grouped GEMM experts need Transformer Engine
-    model.recompute_granularity = None  # goal: lightest recompute that fits: 28.5 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 28.5 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 28.5 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 28.5 GiB <= 74 GiB usable
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 32.1 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 32.1 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 32.1 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 32.1 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack: no TE graphs
     model.cuda_graph_modules = []  # goal: part of the chosen plan (0.42 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
@@ -153,6 +153,8 @@ def build_config() -> ConfigContainer:
     model.cross_entropy_loss_fusion = False  # goal: TE cross-entropy needs Transformer Engine
     model.cross_entropy_fusion_impl = 'native'  # goal: Megatron's default
     model.moe_permute_fusion = False  # goal: fused permutation needs TE >= 2.1 (transformer_config.py)
+    model.bias_activation_fusion = False  # derived: no Transformer Engine: fused kernel unavailable
+    model.moe_router_fusion = False  # goal: fused routing needs TE >= 2.7 (moe_utils.py fused_moe_aux_loss)
     model.deterministic_mode = False  # default: schema default: Megatron's fast kernels, not bitwise reproducible
     model.fine_grained_activation_offloading = False  # derived: no module offloaded
     model.offload_modules = []  # default: auto: activations stay on the GPU unless no plan fits

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-ep8-q30slice-deepep-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:a68eb69b666c7013 input sha256:a967f570ef48b245
+# mocompile: checksum sha256:67fbb0db351ceaac input sha256:a967f570ef48b245
 """bench-ep8-q30slice-deepep-off: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-30B-A3B on 8x NVIDIA H100 80GB HBM3, goal throughput.
@@ -37,14 +37,14 @@ from megatron.core.transformer.enums import AttnBackend
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
-PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 8, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_flex_dispatcher_num_sms': 20, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': True, 'moe_grouped_gemm': False, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': False, 'cross_entropy_fusion_impl': 'native', 'moe_permute_fusion': False, 'deterministic_mode': False, 'fine_grained_activation_offloading': False, 'offload_modules': [], 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'deepep'}
+PLANNED = {'seq_length': 4096, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 8, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_flex_dispatcher_num_sms': 20, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': True, 'moe_grouped_gemm': False, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': False, 'cross_entropy_fusion_impl': 'native', 'moe_permute_fusion': False, 'bias_activation_fusion': False, 'moe_router_fusion': False, 'deterministic_mode': False, 'fine_grained_activation_offloading': False, 'offload_modules': [], 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'deepep'}
 
 # The launch environment this plan was compiled for (launchers export the same block).
 ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_NVLS_ENABLE': '0', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'}
 
 # MOCOMPILE_RANK_PROBE (rankprobe.sh, `mocompile rankprobe`): the rank this plan's memory estimate calls most loaded,
 # what the probe runs instead of what a fake process group cannot run, and the estimates it is compared with.
-RANK_PROBE = {'world_size': 8, 'rank': 0, 'stage': 0, 'stages': 1, 'rank_why': 'no pipeline: every rank holds the whole stack, the embedding, the output layer and the loss', 'iterations': 6, 'microbatches': {'plan': 4, 'probe': 2}, 'global_batch_size': 16, 'model': {'moe_token_dispatcher_type': 'alltoall'}, 'substitutions': [{'field': 'moe_token_dispatcher_type', 'plan': 'flex (deepep)', 'probe': 'alltoall', 'rule': 'PRB002', 'why': "DeepEP needs real peers (its buffers exchange IPC and NVSHMEM handles at construction); Megatron-LM refuses the flex dispatcher under a fake process group. The alltoall dispatcher moves the same tokens through PyTorch's allocator; the flex dispatcher's own buffers are outside it"}, {'field': 'global_batch_size', 'plan': 32, 'probe': 16, 'rule': 'PRB004', 'why': "2 of the plan's 4 micro-batches per iteration (the pipeline's warm-up, and so the peak, is the plan's); compute times are scaled by 4/2 to compare with the step-time model"}], 'estimate': {'plan': {'estimate_gib': 43.25, 'total_gib': 44.75, 'weights_and_optimizer_gib': 17.86, 'activations_gib': 20.0, 'logits_gib': 4.64, 'dispatcher_buffers_gib': 1.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.76, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 1757.9, 'in_flight_microbatches': 1}, 'probe': {'estimate_gib': 43.25, 'total_gib': 43.75, 'weights_and_optimizer_gib': 17.86, 'activations_gib': 20.0, 'logits_gib': 4.64, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.76, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 1757.9, 'in_flight_microbatches': 1}, 'difference_gib': {'allocated': 0.0, 'total': 1.0}}, 'model_compute_s': {'plan': 0.683, 'probe': 0.3415}}
+RANK_PROBE = {'world_size': 8, 'rank': 0, 'stage': 0, 'stages': 1, 'rank_why': 'no pipeline: every rank holds the whole stack, the embedding, the output layer and the loss', 'iterations': 6, 'microbatches': {'plan': 4, 'probe': 2}, 'global_batch_size': 16, 'model': {'moe_token_dispatcher_type': 'alltoall'}, 'substitutions': [{'field': 'moe_token_dispatcher_type', 'plan': 'flex (deepep)', 'probe': 'alltoall', 'rule': 'PRB002', 'why': "DeepEP needs real peers (its buffers exchange IPC and NVSHMEM handles at construction); Megatron-LM refuses the flex dispatcher under a fake process group. The alltoall dispatcher moves the same tokens through PyTorch's allocator; the flex dispatcher's own buffers are outside it"}, {'field': 'global_batch_size', 'plan': 32, 'probe': 16, 'rule': 'PRB004', 'why': "2 of the plan's 4 micro-batches per iteration (the pipeline's warm-up, and so the peak, is the plan's); compute times are scaled by 4/2 to compare with the step-time model"}], 'estimate': {'plan': {'estimate_gib': 44.94, 'total_gib': 46.44, 'weights_and_optimizer_gib': 17.86, 'activations_gib': 21.69, 'logits_gib': 4.64, 'dispatcher_buffers_gib': 1.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.76, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 1757.9, 'in_flight_microbatches': 1.0}, 'probe': {'estimate_gib': 44.94, 'total_gib': 45.44, 'weights_and_optimizer_gib': 17.86, 'activations_gib': 21.69, 'logits_gib': 4.64, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.76, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 1757.9, 'in_flight_microbatches': 1.0}, 'difference_gib': {'allocated': 0.0, 'total': 1.0}}, 'model_compute_s': {'plan': 0.683, 'probe': 0.3415}}
 
 
 def _model() -> GPTModelProvider:
@@ -142,9 +142,9 @@ def build_config() -> ConfigContainer:
     model.moe_router_force_load_balancing = True  # user: pinned in the recipe
     model.moe_grouped_gemm = False  # derived: grouped GEMM experts need Transformer Engine
     model.recompute_granularity = None  # user: pinned in the recipe
-    model.recompute_method = None  # goal: lightest recompute that fits: 44.8 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 44.8 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 44.8 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 46.4 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 46.4 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 46.4 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack: no TE graphs
     model.cuda_graph_modules = []  # goal: part of the chosen plan (0.80 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
@@ -153,6 +153,8 @@ def build_config() -> ConfigContainer:
     model.cross_entropy_loss_fusion = False  # goal: TE cross-entropy needs Transformer Engine
     model.cross_entropy_fusion_impl = 'native'  # goal: Megatron's default
     model.moe_permute_fusion = False  # goal: fused permutation needs TE >= 2.1 (transformer_config.py)
+    model.bias_activation_fusion = False  # derived: no Transformer Engine: fused kernel unavailable
+    model.moe_router_fusion = False  # goal: fused routing needs TE >= 2.7 (moe_utils.py fused_moe_aux_loss)
     model.deterministic_mode = False  # default: schema default: Megatron's fast kernels, not bitwise reproducible
     model.fine_grained_activation_offloading = False  # derived: no module offloaded
     model.offload_modules = []  # default: auto: activations stay on the GPU unless no plan fits

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-mid-ep4-a2a-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:a58b48b71088c385 input sha256:f152f2347b840a04
+# mocompile: checksum sha256:0f016094a93b30f8 input sha256:f152f2347b840a04
 """bench-mid-ep4-a2a-off: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (a small test MoE) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -36,14 +36,14 @@ from megatron.core.transformer.enums import AttnBackend
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
-PLANNED = {'seq_length': 2048, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 4, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_token_dispatcher_type': 'alltoall', 'moe_flex_dispatcher_backend': None, 'moe_flex_dispatcher_num_sms': None, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': False, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': False, 'cross_entropy_fusion_impl': 'native', 'moe_permute_fusion': False, 'deterministic_mode': False, 'fine_grained_activation_offloading': False, 'offload_modules': [], 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None}
+PLANNED = {'seq_length': 2048, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 4, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_token_dispatcher_type': 'alltoall', 'moe_flex_dispatcher_backend': None, 'moe_flex_dispatcher_num_sms': None, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': False, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': False, 'cross_entropy_fusion_impl': 'native', 'moe_permute_fusion': False, 'bias_activation_fusion': False, 'moe_router_fusion': False, 'deterministic_mode': False, 'fine_grained_activation_offloading': False, 'offload_modules': [], 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None}
 
 # The launch environment this plan was compiled for (launchers export the same block).
 ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '8', 'NCCL_NVLS_ENABLE': '0', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'}
 
 # MOCOMPILE_RANK_PROBE (rankprobe.sh, `mocompile rankprobe`): the rank this plan's memory estimate calls most loaded,
 # what the probe runs instead of what a fake process group cannot run, and the estimates it is compared with.
-RANK_PROBE = {'world_size': 4, 'rank': 0, 'stage': 0, 'stages': 1, 'rank_why': 'no pipeline: every rank holds the whole stack, the embedding, the output layer and the loss', 'iterations': 6, 'microbatches': {'plan': 2, 'probe': 2}, 'global_batch_size': 16, 'model': {'moe_router_force_load_balancing': True}, 'substitutions': [{'field': 'moe_router_force_load_balancing', 'plan': False, 'probe': True, 'rule': 'PRB003', 'why': "the tokens a rank's experts receive depend on every other rank's routing, which a fake group does not run: routing is forced to balance (random router logits), so each expert gets its mean share; the estimate's natural-routing imbalance is not measured"}], 'estimate': {'plan': {'estimate_gib': 40.41, 'total_gib': 40.91, 'weights_and_optimizer_gib': 25.96, 'activations_gib': 13.14, 'logits_gib': 0.98, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.33, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 1911.6, 'in_flight_microbatches': 1}, 'probe': {'estimate_gib': 39.41, 'total_gib': 39.91, 'weights_and_optimizer_gib': 25.96, 'activations_gib': 12.14, 'logits_gib': 0.98, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.33, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 1911.6, 'in_flight_microbatches': 1}, 'difference_gib': {'allocated': 1.0, 'total': 1.0}}, 'model_compute_s': {'plan': 0.327, 'probe': 0.327}}
+RANK_PROBE = {'world_size': 4, 'rank': 0, 'stage': 0, 'stages': 1, 'rank_why': 'no pipeline: every rank holds the whole stack, the embedding, the output layer and the loss', 'iterations': 6, 'microbatches': {'plan': 2, 'probe': 2}, 'global_batch_size': 16, 'model': {'moe_router_force_load_balancing': True}, 'substitutions': [{'field': 'moe_router_force_load_balancing', 'plan': False, 'probe': True, 'rule': 'PRB003', 'why': "the tokens a rank's experts receive depend on every other rank's routing, which a fake group does not run: routing is forced to balance (random router logits), so each expert gets its mean share; the estimate's natural-routing imbalance is not measured"}], 'estimate': {'plan': {'estimate_gib': 44.01, 'total_gib': 44.51, 'weights_and_optimizer_gib': 25.96, 'activations_gib': 16.74, 'logits_gib': 0.98, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.33, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 1911.6, 'in_flight_microbatches': 1.0}, 'probe': {'estimate_gib': 42.41, 'total_gib': 42.91, 'weights_and_optimizer_gib': 25.96, 'activations_gib': 15.14, 'logits_gib': 0.98, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.33, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 1911.6, 'in_flight_microbatches': 1.0}, 'difference_gib': {'allocated': 1.6, 'total': 1.6}}, 'model_compute_s': {'plan': 0.327, 'probe': 0.327}}
 
 
 def _model() -> GPTModelProvider:
@@ -143,9 +143,9 @@ def build_config() -> ConfigContainer:
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = False  # derived: grouped GEMM experts need Transformer Engine
     model.recompute_granularity = None  # user: pinned in the recipe
-    model.recompute_method = None  # goal: lightest recompute that fits: 40.9 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 40.9 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 40.9 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 44.5 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 44.5 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 44.5 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack: no TE graphs
     model.cuda_graph_modules = []  # goal: part of the chosen plan (0.47 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
@@ -154,6 +154,8 @@ def build_config() -> ConfigContainer:
     model.cross_entropy_loss_fusion = False  # goal: TE cross-entropy needs Transformer Engine
     model.cross_entropy_fusion_impl = 'native'  # goal: Megatron's default
     model.moe_permute_fusion = False  # goal: fused permutation needs TE >= 2.1 (transformer_config.py)
+    model.bias_activation_fusion = False  # derived: no Transformer Engine: fused kernel unavailable
+    model.moe_router_fusion = False  # goal: fused routing needs TE >= 2.7 (moe_utils.py fused_moe_aux_loss)
     model.deterministic_mode = False  # default: schema default: Megatron's fast kernels, not bitwise reproducible
     model.fine_grained_activation_offloading = False  # derived: no module offloaded
     model.offload_modules = []  # default: auto: activations stay on the GPU unless no plan fits

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-mid-pp2-vpp2-ep2-on.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:fc2aa63820bb05ef input sha256:a5a3e9866f25b545
+# mocompile: checksum sha256:c73cda3a213614b1 input sha256:a5a3e9866f25b545
 # bench-mid-pp2-vpp2-ep2-on: rank probe for this 4-GPU plan on ONE GPU (issue 23; `mocompile rankprobe` runs it).
 # One process impersonates one rank of the full job under torch's fake process group (collectives skipped):
 # it builds that rank's real model shard and optimizer state and runs real forward/backward passes, then writes
 # measured peak memory, per-iteration time and the memory estimate to MOCOMPILE_RANK_PROBE (a JSON file).
-#   MOCOMPILE_RANK_PROBE_RANK  the rank to impersonate (default 0: the first of 2 pipeline stages: 3 micro-batches' activations in flight outweigh the last stage's logits (memory estimate))
+#   MOCOMPILE_RANK_PROBE_RANK  the rank to impersonate (default 0: the first of 2 pipeline stages: 3 micro-batches' activations in flight on its layers are the largest of the stages (memory estimate))
 #   MOCOMPILE_RANK_PROBE_ITERS iterations (default 6)
 # MOCOMPILE_DRY_RUN=1 runs the preflight, prints the command and environment, and exits 0.
 set -euo pipefail

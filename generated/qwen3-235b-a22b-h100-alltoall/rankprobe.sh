@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-235b-a22b-h100-alltoall.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:271d521339023b6b input sha256:1e05ab9d46adf773
+# mocompile: checksum sha256:854ea5d4c9b7f416 input sha256:1e05ab9d46adf773
 # qwen3-235b-a22b-h100-alltoall: rank probe for this 256-GPU plan on ONE GPU (issue 23; `mocompile rankprobe` runs it).
 # One process impersonates one rank of the full job under torch's fake process group (collectives skipped):
 # it builds that rank's real model shard and optimizer state and runs real forward/backward passes, then writes
 # measured peak memory, per-iteration time and the memory estimate to MOCOMPILE_RANK_PROBE (a JSON file).
-#   MOCOMPILE_RANK_PROBE_RANK  the rank to impersonate (default 0: the first of 8 pipeline stages: 10 micro-batches' activations in flight outweigh the last stage's logits (memory estimate))
+#   MOCOMPILE_RANK_PROBE_RANK  the rank to impersonate (default 32: the 2nd of 8 pipeline stages: 9.5 micro-batches' activations in flight on its layers are the largest of the stages (memory estimate))
 #   MOCOMPILE_RANK_PROBE_ITERS iterations (default 6)
 # MOCOMPILE_DRY_RUN=1 runs the preflight, prints the command and environment, and exits 0.
 set -euo pipefail
@@ -14,7 +14,7 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PYTHON="${PYTHON:-python3}"
 export MOCOMPILE_RANK_PROBE="${MOCOMPILE_RANK_PROBE:-rankprobe.json}"
-export MOCOMPILE_RANK_PROBE_RANK="${MOCOMPILE_RANK_PROBE_RANK:-0}"
+export MOCOMPILE_RANK_PROBE_RANK="${MOCOMPILE_RANK_PROBE_RANK:-32}"
 export MOCOMPILE_RANK_PROBE_ITERS="${MOCOMPILE_RANK_PROBE_ITERS:-6}"
 if ! [[ "${MOCOMPILE_RANK_PROBE_RANK}" =~ ^[0-9]+$ ]] || (( MOCOMPILE_RANK_PROBE_RANK >= 256 )); then
   echo "rankprobe: MOCOMPILE_RANK_PROBE_RANK=${MOCOMPILE_RANK_PROBE_RANK} is not a rank of this 256-GPU plan (0..255)" >&2

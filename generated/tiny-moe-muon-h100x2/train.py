@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/tiny-moe-muon-h100x2.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:e24eef1c210e70ec input sha256:96e26cc66d89cd5d
+# mocompile: checksum sha256:d67fee742dcf4130 input sha256:96e26cc66d89cd5d
 """tiny-moe-muon-h100x2: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (a small test MoE) on 2x NVIDIA H100 80GB HBM3, goal throughput.
@@ -36,14 +36,14 @@ from megatron.core.transformer.enums import AttnBackend
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
-PLANNED = {'seq_length': 2048, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 2, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_token_dispatcher_type': 'alltoall', 'moe_flex_dispatcher_backend': None, 'moe_flex_dispatcher_num_sms': None, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': False, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': False, 'cross_entropy_fusion_impl': 'native', 'moe_permute_fusion': False, 'deterministic_mode': False, 'fine_grained_activation_offloading': False, 'offload_modules': [], 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None}
+PLANNED = {'seq_length': 2048, 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 2, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_token_dispatcher_type': 'alltoall', 'moe_flex_dispatcher_backend': None, 'moe_flex_dispatcher_num_sms': None, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': False, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': False, 'cross_entropy_fusion_impl': 'native', 'moe_permute_fusion': False, 'bias_activation_fusion': False, 'moe_router_fusion': False, 'deterministic_mode': False, 'fine_grained_activation_offloading': False, 'offload_modules': [], 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None}
 
 # The launch environment this plan was compiled for (launchers export the same block).
 ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '8', 'NCCL_NVLS_ENABLE': '0', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'}
 
 # MOCOMPILE_RANK_PROBE (rankprobe.sh, `mocompile rankprobe`): the rank this plan's memory estimate calls most loaded,
 # what the probe runs instead of what a fake process group cannot run, and the estimates it is compared with.
-RANK_PROBE = {'world_size': 2, 'rank': 0, 'stage': 0, 'stages': 1, 'rank_why': 'no pipeline: every rank holds the whole stack, the embedding, the output layer and the loss', 'iterations': 6, 'microbatches': {'plan': 4, 'probe': 2}, 'global_batch_size': 8, 'model': {'moe_router_force_load_balancing': True}, 'substitutions': [{'field': 'moe_router_force_load_balancing', 'plan': False, 'probe': True, 'rule': 'PRB003', 'why': "the tokens a rank's experts receive depend on every other rank's routing, which a fake group does not run: routing is forced to balance (random router logits), so each expert gets its mean share; the estimate's natural-routing imbalance is not measured"}, {'field': 'global_batch_size', 'plan': 16, 'probe': 8, 'rule': 'PRB004', 'why': "2 of the plan's 4 micro-batches per iteration (the pipeline's warm-up, and so the peak, is the plan's); compute times are scaled by 4/2 to compare with the step-time model"}], 'estimate': {'plan': {'estimate_gib': 7.74, 'total_gib': 8.24, 'weights_and_optimizer_gib': 3.02, 'activations_gib': 3.63, 'logits_gib': 0.98, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.11, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 288.0, 'in_flight_microbatches': 1}, 'probe': {'estimate_gib': 7.64, 'total_gib': 8.14, 'weights_and_optimizer_gib': 3.02, 'activations_gib': 3.53, 'logits_gib': 0.98, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.11, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 288.0, 'in_flight_microbatches': 1}, 'difference_gib': {'allocated': 0.1, 'total': 0.1}}, 'model_compute_s': {'plan': 0.109, 'probe': 0.0545}}
+RANK_PROBE = {'world_size': 2, 'rank': 0, 'stage': 0, 'stages': 1, 'rank_why': 'no pipeline: every rank holds the whole stack, the embedding, the output layer and the loss', 'iterations': 6, 'microbatches': {'plan': 4, 'probe': 2}, 'global_batch_size': 8, 'model': {'moe_router_force_load_balancing': True}, 'substitutions': [{'field': 'moe_router_force_load_balancing', 'plan': False, 'probe': True, 'rule': 'PRB003', 'why': "the tokens a rank's experts receive depend on every other rank's routing, which a fake group does not run: routing is forced to balance (random router logits), so each expert gets its mean share; the estimate's natural-routing imbalance is not measured"}, {'field': 'global_batch_size', 'plan': 16, 'probe': 8, 'rule': 'PRB004', 'why': "2 of the plan's 4 micro-batches per iteration (the pipeline's warm-up, and so the peak, is the plan's); compute times are scaled by 4/2 to compare with the step-time model"}], 'estimate': {'plan': {'estimate_gib': 8.19, 'total_gib': 8.69, 'weights_and_optimizer_gib': 3.02, 'activations_gib': 4.08, 'logits_gib': 0.98, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.11, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 288.0, 'in_flight_microbatches': 1.0}, 'probe': {'estimate_gib': 8.02, 'total_gib': 8.52, 'weights_and_optimizer_gib': 3.02, 'activations_gib': 3.91, 'logits_gib': 0.98, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.11, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 288.0, 'in_flight_microbatches': 1.0}, 'difference_gib': {'allocated': 0.17, 'total': 0.17}}, 'model_compute_s': {'plan': 0.109, 'probe': 0.0545}}
 
 
 def _model() -> GPTModelProvider:
@@ -134,7 +134,7 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 2048  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.24 s/step, 50 TFLOPS/GPU, 8.2 GiB (of 37 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.239 s/step: the fastest plan found (TP1 PP1 EP2, hybridep, overlap off, recompute none, graphs none) is predicted 0.236 s/step, 1.4% faster, inside the model's 16% error for a plan 1 knob away
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.24 s/step, 50 TFLOPS/GPU, 8.7 GiB (of 37 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.239 s/step: the fastest plan found (TP1 PP1 EP2, hybridep, overlap off, recompute none, graphs none) is predicted 0.236 s/step, 1.4% faster, inside the model's 16% error for a plan 1 knob away
     model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.24 s/step; see tensor_model_parallel_size)
     model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.24 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
@@ -148,10 +148,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = False  # derived: grouped GEMM experts need Transformer Engine
-    model.recompute_granularity = None  # goal: lightest recompute that fits: 8.2 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 8.2 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 8.2 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 8.2 GiB <= 74 GiB usable
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 8.7 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 8.7 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 8.7 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 8.7 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack: no TE graphs
     model.cuda_graph_modules = []  # goal: part of the chosen plan (0.24 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
@@ -160,6 +160,8 @@ def build_config() -> ConfigContainer:
     model.cross_entropy_loss_fusion = False  # goal: TE cross-entropy needs Transformer Engine
     model.cross_entropy_fusion_impl = 'native'  # goal: Megatron's default
     model.moe_permute_fusion = False  # goal: fused permutation needs TE >= 2.1 (transformer_config.py)
+    model.bias_activation_fusion = False  # derived: no Transformer Engine: fused kernel unavailable
+    model.moe_router_fusion = False  # goal: fused routing needs TE >= 2.7 (moe_utils.py fused_moe_aux_loss)
     model.deterministic_mode = False  # default: schema default: Megatron's fast kernels, not bitwise reproducible
     model.fine_grained_activation_offloading = False  # derived: no module offloaded
     model.offload_modules = []  # default: auto: activations stay on the GPU unless no plan fits
