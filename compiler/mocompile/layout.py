@@ -130,3 +130,12 @@ def _fold(runs: list[list]) -> str:
 
 def even(pp: int, vpp: int, num_layers: int) -> bool:
     return num_layers % pp == 0 and (num_layers // pp) % vpp == 0
+
+
+def default(pp: int, vpp: int, num_layers: int, mtp: int) -> str | None:
+    """The layout a plan gets when none is pinned: none where Megatron-Core's even split serves (no pipeline, or
+    layers that divide evenly and no MTP layer to place), else ``derive``'s balanced one. The planner emits it and
+    the memory estimate places each rank's layers by it."""
+    if pp == 1 or (even(pp, vpp, num_layers) and not mtp):
+        return None
+    return derive(pp, vpp, num_layers, mtp)

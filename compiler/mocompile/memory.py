@@ -210,8 +210,7 @@ def _act_bytes_per_token(m: dict[str, Any], force_balance: Any, modules: list[st
     if "mlp" in modules:
         dense = 2 * h
     frac_moe = (m["num_layers"] - m.get("first_k_dense", 0)) / m["num_layers"]
-    per_layer = attn + frac_moe * moe + (1 - frac_moe) * dense
-    return per_layer
+    return attn + frac_moe * moe + (1 - frac_moe) * dense
 
 
 # Megatron-Core's fine-grained activation offload labels (TransformerConfig.offload_modules), in its order; the
@@ -250,7 +249,8 @@ def _layer_microbatches(chunks: tuple[float, ...], pp: int, forwards: int) -> fl
     """Layer-activations alive after ``forwards`` chunk forwards of interleaved 1F1B on one rank: forward k runs
     virtual chunk (k // pp) % vpp, holding that chunk's layers until its backward."""
     vpp = len(chunks)
-    return sum(chunks[(k // pp) % vpp] for k in range(int(forwards)))
+    groups, rest = divmod(int(forwards), pp)  # whole groups of pp forwards run one chunk each, then the rest
+    return pp * sum(chunks[g % vpp] for g in range(groups)) + rest * chunks[groups % vpp]
 
 
 def estimate(m: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
@@ -336,12 +336,8 @@ class Estimator:
         if hit is not None:
             return hit
         n, mtp = self.m["num_layers"], self.mtp
-        text = None
-        if pp > 1:
-            if isinstance(self.layout, str) and layouts.layout_error(self.layout, pp, vpp, n, mtp) is None:
-                text = self.layout
-            elif mtp or not layouts.even(pp, vpp, n):
-                text = layouts.derive(pp, vpp, n, mtp)
+        legal = isinstance(self.layout, str) and pp > 1 and layouts.layout_error(self.layout, pp, vpp, n, mtp) is None
+        text = self.layout if legal else layouts.default(pp, vpp, n, mtp)
         counts = [float(st.count("t")) for st in layouts.expand(text)] if text else \
             [math.ceil(n / pp) / vpp] * (pp * vpp)
         starts = [sum(counts[:i]) for i in range(len(counts))]
@@ -361,22 +357,31 @@ class Estimator:
         dp = max(1, world // (tp * pp * cp))
         edp = max(1, world // (ep * etp * pp))
         ranks, dense_chunks = self.stage_chunks(pp, vpp)
+        n_dense = m.get("first_k_dense", 0)
+        grad, opt, st, off, fp8m = self.grad, self.opt, self.opt_state, self.offload, self.fp8_master
+        emb = p["embedding"] / 2 / tp if pp > 1 else p["embedding"] / tp
+        unfused_wgrad = 0.0
+        if self.unfused:
+            # Without the fused wgrad-into-main_grad GEMMs (they need Apex), each weight gradient is a separate bf16
+            # tensor until it is added to the gradient buffer: one layer's local weights at a time during backward,
+            # with the output layer's at its start (no Apex on the TE grid: 0.3 GiB of its 36.7 GiB peak).
+            n_moe = max(1, m["num_layers"] - n_dense)
+            layer = (p["attention"] / m["num_layers"] + (p["shared"] + p["router"]) / n_moe) / tp \
+                + p["experts"] / n_moe / (ep * etp)
+            unfused_wgrad = 2.0 * (layer + p["embedding"] / 2 / tp)
+        # what exists only while Adam steps, per parameter of the optimizer shard (optimizer_state.step_bytes)
+        step_per = step_bytes(st, off, fp8m, main_grad_copies=grad == 2) if opt != "muon" else 0.0
 
         def weigh(r: int) -> tuple[Any, ...]:
             """Weights, gradients and optimizer state of pipeline rank r (its layers by the layout)."""
             layers_rank = sum(ranks[r])
             # its dense layers carry the dense MLP, its MoE layers the router, shared expert and experts
-            n_dense = m.get("first_k_dense", 0)
             dense_here = sum(dense_chunks[r])
             moe_share = (layers_rank - dense_here) / max(1, m["num_layers"] - n_dense)
             share = layers_rank / m["num_layers"]
             dense = (p["attention"] * share + p["dense_mlp"] * (dense_here / n_dense if n_dense else 0.0)
-                     + p["shared"] * moe_share) / tp + p["router"] * moe_share
-            dense += p["embedding"] / 2 / tp if pp > 1 else p["embedding"] / tp
+                     + p["shared"] * moe_share) / tp + p["router"] * moe_share + emb
             experts = p["experts"] * moe_share / (ep * etp)
-            grad = self.grad
-            opt, emb = self.opt, (p["embedding"] / 2 / tp if pp > 1 else p["embedding"] / tp)
-            st, off, fp8m = self.opt_state, self.offload, self.fp8_master
             held_dense = held_expert = 2 + grad  # bf16 weight + gradient buffer, whole on every DP rank
             gathered = 0.0
             if self.fsdp:
@@ -389,20 +394,7 @@ class Estimator:
             bytes_dense = held_dense + state_bytes_per_param(opt, dp, emb / dense if dense else 0.0, st, off, fp8m)
             bytes_expert = held_expert + state_bytes_per_param(opt, edp, 0.0, st, off, fp8m)
             weights = dense * bytes_dense + experts * bytes_expert + gathered
-            unfused_wgrad = 0.0
-            if self.unfused:
-                # Without the fused wgrad-into-main_grad GEMMs (they need Apex), each weight gradient is a separate bf16
-                # tensor until it is added to the gradient buffer: one layer's local weights at a time during backward,
-                # with the output layer's at its start (no Apex on the TE grid: 0.3 GiB of its 36.7 GiB peak).
-                n_moe = max(1, m["num_layers"] - m.get("first_k_dense", 0))
-                layer = (p["attention"] / m["num_layers"] + (p["shared"] + p["router"]) / n_moe) / tp \
-                    + p["experts"] / n_moe / (ep * etp)
-                unfused_wgrad = 2.0 * (layer + p["embedding"] / 2 / tp)
-            # what exists only while Adam steps, per parameter of this rank's optimizer shard (optimizer_state.step_bytes)
-            step = 0.0
-            if opt != "muon":
-                per = step_bytes(st, off, fp8m, main_grad_copies=grad == 2)
-                step = (dense / dp + experts / edp) * per
+            step = (dense / dp + experts / edp) * step_per
             return (dp, layers_rank, dense, experts, weights, unfused_wgrad, step)
 
         if self.stage is not None:
@@ -412,13 +404,19 @@ class Estimator:
         self._weights[key] = hit
         return hit
 
+    def _kind_model(self, kind: str) -> dict[str, Any]:
+        """The model with all its layers of one ``kind`` ("moe", "dense"), or as it is ("mix")."""
+        if kind == "mix":
+            return self.m
+        return {**self.m, "first_k_dense": 0 if kind == "moe" else self.m["num_layers"]}
+
     def _bytes_per_token(self, modules: tuple[str, ...], full: bool, kind: str = "mix") -> float:
         """``kind``: "mix" averages dense and MoE layers over the model; "moe" and "dense" price one kind (a
         pipeline rank holds the layers its stages hold, not the model's average)."""
         key = (modules, full, kind)
         hit = self._per_token.get(key)
         if hit is None:
-            m = self.m if kind == "mix" else {**self.m, "first_k_dense": 0 if kind == "moe" else self.m["num_layers"]}
+            m = self._kind_model(kind)
             hit = _act_bytes_per_token(m, self.force_balance, modules, full, self.glu_fused)
             if not full:  # full recompute keeps only each layer's input: nothing for offload to move
                 hit -= min(hit, offloaded_bytes_per_token(m, self.force_balance, self.act_offload, modules))
@@ -446,8 +444,8 @@ class Estimator:
                 imbalance = 1.0 if self.force_balance else ROUTING_IMBALANCE
                 q = m["num_attention_heads"] * m["kv_channels"]
                 gemm_in = 2 * m["hidden_size"] + 2 * q
-                frac_moe = {"moe": 1.0, "dense": 0.0}.get(
-                    kind, (m["num_layers"] - m.get("first_k_dense", 0)) / m["num_layers"])
+                mk = self._kind_model(kind)
+                frac_moe = (mk["num_layers"] - mk.get("first_k_dense", 0)) / mk["num_layers"]
                 if "moe" not in modules:
                     gemm_in += m["moe_router_topk"] * imbalance * 2 * (m["hidden_size"] + m["moe_ffn_hidden_size"]) \
                         * frac_moe

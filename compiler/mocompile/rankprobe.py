@@ -43,6 +43,13 @@ def stage_rank(world: int, pp: int, stage: int) -> int:
     return stage * (world // pp)
 
 
+def _ordinal(n: int) -> str:
+    """1 -> "first", 2 -> "2nd", 3 -> "3rd", 11 -> "11th" (stage numbers in the probe's reason)."""
+    if n == 1:
+        return "first"
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
 def most_loaded_stage(plan: Plan, est: dict[str, Any]) -> tuple[int, str]:
     """(stage, why) of the rank the estimate describes: ``memory.Estimator`` prices every pipeline stage (its
     layers by the layout, the micro-batches its schedule keeps in flight, the last one's logits) and keeps the
@@ -54,9 +61,7 @@ def most_loaded_stage(plan: Plan, est: dict[str, Any]) -> tuple[int, str]:
     if stage == pp - 1:
         return stage, (f"the last of {pp} pipeline stages: its in-flight activations plus the fp32 logits "
                        f"({est['logits_gib']:g} GiB) are the largest of the stages (memory estimate)")
-    n = stage + 1
-    where = "first" if stage == 0 else f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
-    return stage, (f"the {where} of {pp} pipeline stages: {est['in_flight_microbatches']:g} micro-batches' "
+    return stage, (f"the {_ordinal(stage + 1)} of {pp} pipeline stages: {est['in_flight_microbatches']:g} micro-batches' "
                    "activations in flight on its layers are the largest of the stages (memory estimate)")
 
 
@@ -116,7 +121,6 @@ def spec(plan: Plan) -> dict[str, Any]:
     pp = int(plan["pipeline_model_parallel_size"])
     m = int(plan.get("num_microbatches") or 1)
     m_probe = probe_microbatches(plan)
-    est_plan = memory.estimate(plan.model, plan.values())
     subs = _substitutions(plan, m, m_probe)
     est_probe = memory.estimate(plan.model, _settings(plan, subs))
     stage, why = most_loaded_stage(plan, est_probe)

@@ -263,10 +263,9 @@ def _derive_layout(ctx: Context, pp: int, vpp: int) -> str | None:
     user = ctx.pinned("parallelism", "layout")
     if isinstance(user, str) and user not in ("auto", "none") and ctx.explicit("parallelism", "layout"):
         return user
-    layers, mtp = ctx["num_layers"], ctx["mtp_num_layers"] or 0
-    if user == "none" or pp == 1 or (layouts.even(pp, vpp, layers) and not mtp):
+    if user == "none":
         return None
-    return layouts.derive(pp, vpp, layers, mtp)
+    return layouts.default(pp, vpp, ctx["num_layers"], ctx["mtp_num_layers"] or 0)
 
 
 def _shared_expert_overlap(ctx: Context, overlap: bool, dispatcher: str) -> bool:

@@ -48,8 +48,9 @@ def host_and_fusion(ctx: Context) -> None:
             "alltoall run without it took 41.25 s vs 24.71 s for HybridEP)" if permute else
             (why_not if not fast else "fused permutation needs TE >= 2.1 (transformer_config.py)"))
     # Fused (weighted) GLU: Megatron-Core's unfused path (transformer/moe/experts.py bias_act_func, mlp.py glu)
-    # keeps the activation's output and the GLU product for backward beside fc1's output, 4 bytes per expert-FFN
-    # channel per routed token more than weighted_bias_swiglu_impl; every Bridge perf recipe turns it on, and the
+    # keeps the activation's output, the offset copy of the linear half and the GLU product for backward beside fc1's
+    # output, 6 bytes per expert-FFN channel per routed token more than weighted_bias_swiglu_impl (memory.py
+    # _act_bytes_per_token); every Bridge perf recipe turns it on, and the
     # library recipes of DeepSeek-V3, GPT-OSS and Qwen3-30B-A3B do, those of Qwen3-235B-A22B and Qwen3-Next do not.
     glu = te and bool(ctx.model.get("gated_linear_unit", True))
     ctx.set("bias_activation_fusion", glu, "derived",
