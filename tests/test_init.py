@@ -119,10 +119,10 @@ def test_the_size_a_layout_needs_is_pp_times_the_lcm_of_attention_and_expert_gro
 
 
 def test_where_the_recipes_recompute_fits_only_with_balanced_routing_the_planner_adds_it(tmp_path):
-    a = init.find("qwen3_30b_a3b_pretrain_8gpu_b200_bf16_config")  # no recompute, MBS 4: 190 GiB with natural routing
+    a = init.find("qwen3_30b_a3b_pretrain_8gpu_b200_bf16_config")  # no recompute, MBS 4: over 166 GiB with natural routing
     text = init.intent_text(a)
     assert "recompute: {granularity: auto, offload_modules: []}" in text and "fits only with force-balanced routing" in text
-    assert "micro_batch_size: auto" in text  # recompute alone is not enough at MBS 4
+    assert "micro_batch_size: 4" in text  # recompute alone is enough at MBS 4: the recipe's MBS is kept
     assert not _compile(tmp_path, text).errors
     bench = init.intent_text(a, benchmark=True)  # as measured: the recipe's own knobs, kept
     assert "micro_batch_size: 4" in bench and 'recompute: {granularity: "none", offload_modules: []}' in bench

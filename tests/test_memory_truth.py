@@ -36,14 +36,18 @@ def test_the_planner_weighs_the_plan_it_emits(tmp_path, recipe):
 
 
 def test_attention_graphs_hold_buffers_of_their_own(tmp_path):
-    """TE graphs of attention and the router scopes hold twice the static buffers of the router scopes alone
-    (4 hidden-sized tensors per token per scope, per layer: ``memory.GRAPH_IO_TENSORS``)."""
+    """TE graphs of attention add a fifth of the router scopes' static buffers (``memory.ATTN_GRAPH_SHARE``): the
+    rank probe measured 3.0 GiB for the router scopes per micro-batch in flight (6.00 GiB with EP overlap) and
+    3.57 GiB for attention + the router scopes (Qwen3-30B-A3B's rank 0 of 16, graphs on and off)."""
+    assert memory.ATTN_GRAPH_SHARE == pytest.approx((3.57 - 6.00 / 2) / (6.00 / 2), abs=0.015)  # 0.19
     r = shipped(tmp_path, TE_ARP[0])
     assert r.plan["cuda_graph_modules"] == ["attn", "moe_router", "moe_preprocess"]
     cfg = r.plan.values()
     both = memory.estimate(r.plan.model, cfg)["graph_buffers_gib"]
     router = memory.estimate(r.plan.model, dict(cfg, cuda_graph_modules=["moe_router", "moe_preprocess"]))
-    assert both == pytest.approx(2 * router["graph_buffers_gib"], abs=0.02) and both > 0
+    attn = memory.estimate(r.plan.model, dict(cfg, cuda_graph_modules=["attn"]))
+    assert both == pytest.approx(router["graph_buffers_gib"] + attn["graph_buffers_gib"], abs=0.02) and both > 0
+    assert attn["graph_buffers_gib"] == pytest.approx(0.2 * router["graph_buffers_gib"], abs=0.02)
 
 
 # -- the estimate's measured error, kept once as data ----------------------------------------------
@@ -56,15 +60,23 @@ PINNED = ["bench-te-mid-ep4-off", "bench-te-mid-ep4-off-moeact", "bench-te-mid-e
 
 
 def test_the_measured_error_is_the_largest_error_on_the_measured_peaks():
-    """``data/memory.yaml``'s measured_error is |estimate / peak allocated - 1| at its worst over the measured TE
-    peaks (-7.4 % .. +0.2 %): when the estimate or the measurements change, this says the figure must follow."""
+    """``data/memory.yaml``'s measured_error is |estimate / peak allocated - 1| at its worst over every measured
+    peak the estimate is held to: the TE grid's pinned plans (4x H100, -6.8 % .. +0.9 %) and the rank probe's
+    full-size ranks (tests/test_rankprobe_truth.py; its one known gap, an over-estimate it tracks, aside). When the
+    estimate or the measurements change, this says the figure must follow."""
+    from test_rankprobe_truth import RUNS, _probed_estimate
+
     grid = json.loads(GRID.read_text())["variants"]
     errors = []
     for name in PINNED:
         est = analyse(str(ROOT / "recipes" / "bench" / f"{name}.yaml")).plan.memory["estimate_gib"]
         errors.append(est / grid[name]["summary"]["peak_allocated_gib"] - 1)
-    assert min(errors) == pytest.approx(-0.074, abs=0.0005) and max(errors) == pytest.approx(0.002, abs=0.0005)
-    assert memory.limits()["measured_error"] == round(max(abs(e) for e in errors), 3)
+    assert min(errors) == pytest.approx(-0.068, abs=0.0005) and max(errors) == pytest.approx(0.009, abs=0.0005)
+    probed = [_probed_estimate(r) / r["peak_allocated_gib"] - 1 for r in RUNS if not r.get("known_gap")]
+    assert len(probed) == 24
+    # the rank probe's worst: Qwen3-30B-A3B's rank 0 of 16 H100s with EP overlap and graphs off, +9.2 %
+    assert max(probed) == pytest.approx(0.092, abs=0.0005) and min(probed) > -0.05
+    assert memory.limits()["measured_error"] == round(max(abs(e) for e in errors + probed), 3) == 0.092
 
 
 # -- goal fit and MEM001 at the planner's headroom -------------------------------------------------
@@ -143,14 +155,14 @@ def test_fit_exactly_at_the_headroom_compiles_and_a_hundredth_below_is_refused(t
 
 # -- a shipped recipe within the estimate's measured error ------------------------------------------
 
-QWEN_B200 = {"qwen3_30b_a3b_pretrain_8gpu_b200_bf16_config": (180.49, "0.49 GiB (0.3%)"),
-             "qwen3_30b_a3b_pretrain_8gpu_b200_fp8mx_config": (192.94, "12.94 GiB (7.2%)")}
+QWEN_B200 = {"qwen3_30b_a3b_pretrain_8gpu_b200_fp8mx_config": (183.58, "3.58 GiB (2.0%)")}
+B200_BF16 = "qwen3_30b_a3b_pretrain_8gpu_b200_bf16_config"
 
 
 @pytest.mark.parametrize("recipe", QWEN_B200)
 def test_a_shipped_recipe_over_the_gpu_within_the_measured_error_is_a_warning_naming_the_margin(tmp_path, recipe):
-    """NVIDIA's Qwen3-30B-A3B 8x B200 recipes, as `init` pins them, are estimated over the 180 GiB of a B200 by
-    less than the estimate's measured error (7.4 %): they are measured to run, so this is a warning (was MEM001,
+    """NVIDIA's Qwen3-30B-A3B 8x B200 MXFP8 recipe, as `init` pins it, is estimated over the 180 GiB of a B200 by
+    less than the estimate's measured error (9.2 %): it is measured to run, so this is a warning (was MEM001,
     'largest term: None')."""
     r = shipped(tmp_path, recipe)
     est, margin = QWEN_B200[recipe]
@@ -159,17 +171,25 @@ def test_a_shipped_recipe_over_the_gpu_within_the_measured_error_is_a_warning_na
     [d] = mem(r, "MEM002")
     assert d.severity == "warning"
     assert d.message.startswith(f"estimated peak {est} GiB per GPU is {margin} over the 180 GiB of NVIDIA B200")
-    assert "within the memory estimate's measured error (7.4%: up to 193.32 GiB)" in d.message
+    assert "within the memory estimate's measured error (9.2%: up to 196.56 GiB)" in d.message
     assert recipe in d.message
     proc = run_cli("lint", str(tmp_path / f"{recipe}.yaml"))
     assert proc.returncode == 0 and "MEM002" in proc.stdout
+
+
+def test_the_bf16_b200_recipe_fits_its_gpu_by_the_estimate(tmp_path):
+    """Its BF16 sibling (attention graphs at their measured fifth of the router scopes') is estimated under the
+    GPU: no memory diagnostic at all (it was 0.49 GiB over before that measurement)."""
+    r = shipped(tmp_path, B200_BF16)
+    assert r.plan["shipped_recipe"] == B200_BF16 and r.plan["memory_estimate_gib"] <= 180
+    assert not [d for d in r.diagnostics if d.rule.startswith("MEM")]
 
 
 @pytest.mark.parametrize("over,rule", [(0.0, "MEM002"), (0.01, "MEM001")])
 def test_a_shipped_recipe_is_refused_only_beyond_the_measured_error(tmp_path, monkeypatch, over, rule):
     """Exactly at the GPU's memory plus the measured error: a warning; 0.01 GiB beyond it: MEM001, which says
     which limit it applied."""
-    recipe = "qwen3_30b_a3b_pretrain_8gpu_b200_bf16_config"
+    recipe = "qwen3_30b_a3b_pretrain_8gpu_b200_fp8mx_config"
     est = QWEN_B200[recipe][0]
     monkeypatch.setattr(memory, "limits", lambda: {"headroom": 0.92, "measured_error": (est - over) / 180 - 1,
                                                            "host_headroom": 0.75})
@@ -232,18 +252,21 @@ B300_INTENT = ("schema: 1\nmodel: qwen3-30b-a3b\nhardware: {gpu: b300, nodes: 1,
                "moe: {force_balance: true}\n")
 
 
-def test_a_shipped_recipe_with_fewer_graph_buffers_is_still_covered_by_its_measurement(tmp_path):
+def test_a_plan_with_more_graph_buffers_than_the_recipe_it_started_from_gets_the_headroom(tmp_path):
     """Nothing pinned: the planner offers router-scope graphs, not the full-iteration graphs Bridge's 8x B300 MXFP8
-    recipe runs with, and the recipe with router graphs needs less memory than the one measured (275.49 GiB, over
-    the 264.96 GiB headroom): it is kept, with no memory diagnostic."""
+    recipe runs with. At MBS 8 with EP overlap the router scopes' static buffers (48 layers x 2 micro-batches) exceed
+    what the estimate gives full-iteration graphs (``FULL_ITERATION_GRAPH_FACTOR``, bounded by that very recipe), so
+    the plan is no longer the one measured: it gets the planner's headroom, moves to selective recompute to fit under
+    it, says it moved from the anchor, and has no memory diagnostic."""
     recipe = "qwen3_30b_a3b_pretrain_8gpu_b300_fp8mx_config"
     path = tmp_path / "q.yaml"
     path.write_text(B300_INTENT)
     r = analyse(str(path))
     p = r.plan
-    assert p.planner["chosen"]["anchor"] == recipe and p["shipped_recipe"] == recipe
+    assert p.planner["chosen"]["anchor"] == f"{recipe}, moved to this setting" and p["shipped_recipe"] is None
     assert p["cuda_graph_impl"] == "transformer_engine" and p["cuda_graph_modules"] == ["moe_router", "moe_preprocess"]
-    assert memory.usable_gib(288) < p["memory_estimate_gib"] == 275.49 <= 288
+    assert p["recompute_granularity"] == "selective"
+    assert p["memory_estimate_gib"] <= p["memory_limit_gib"] == memory.usable_gib(288)
     assert not [d for d in r.diagnostics if d.rule.startswith("MEM")]
 
 

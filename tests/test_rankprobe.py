@@ -169,11 +169,60 @@ def test_preflight_outside_probe_mode_still_wants_the_flex_package(generated):
     assert "RUN003" in proc.stdout + proc.stderr  # no deep_ep here: only the probe may go without it
 
 
-def _result(tmp_path, spec: dict, alloc_gib: float, iterations: int = 6, error=None) -> str:
+def test_a_rank_picked_by_the_caller_is_judged_against_its_own_stage(tmp_path):
+    """MOCOMPILE_RANK_PROBE_RANK may pick a rank of another stage than the estimate's most loaded one: its
+    measurement is compared with that stage's estimate, which the spec carries for every stage."""
+    spec = rankprobe.spec(_plan(tmp_path, DSV3).plan)
+    by_stage = spec["estimate"]["probe_by_stage_gib"]
+    assert len(by_stage) == spec["stages"] == 8
+    assert by_stage[spec["stage"]] == spec["estimate"]["probe"]["estimate_gib"] == max(by_stage)
+    last = 7 * 1024 // 8
+    assert by_stage[7] < by_stage[spec["stage"]] - 1.0   # the stages differ by more than rounding
+    path = _result(tmp_path, spec, by_stage[7], rank=last)
+    rep = json.loads(run_cli("rankprobe", "--from-result", path, "--format", "json").stdout)
+    assert rep["rank"] == last and rep["summary"]["estimate_gib"] == by_stage[7] and rep["summary"]["error"] == 0.0
+    assert "chosen by the caller: stage 8 of 8" in rep["rank_why"]
+    # the spec's own rank keeps the spec's estimate
+    rep = json.loads(run_cli("rankprobe", "--from-result", _result(tmp_path, spec, 50.0), "--format", "json").stdout)
+    assert rep["summary"]["estimate_gib"] == spec["estimate"]["probe"]["estimate_gib"]
+
+
+def _train_helpers(generated) -> dict:
+    """The generated train.py's pure helpers (no torch needed)."""
+    tree = ast.parse((generated / "train.py").read_text())
+    body = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in ("_site", "_peak_sites")]
+    ns: dict = {}
+    exec(compile(ast.Module(body=body, type_ignores=[]), "train.py", "exec"), ns)  # noqa: S102
+    return ns
+
+
+def test_peak_sites_sums_the_blocks_alive_at_the_traced_peak_by_the_frame_that_allocated_them(generated):
+    """MOCOMPILE_RANK_PROBE_SITES=1: the allocator's trace is replayed; a block freed before the peak does not count,
+    one allocated after it does not either, and a block freed only after the peak does."""
+    peak_sites = _train_helpers(generated)["_peak_sites"]
+    te = {"filename": "/v/site-packages/transformer_engine/pytorch/module/grouped_linear.py", "line": 150, "name": "forward"}
+    mc = {"filename": "/v/site-packages/megatron/core/transformer/moe/experts.py", "line": 900, "name": "forward"}
+    gib = 2 ** 30
+    trace = [{"action": "alloc", "addr": 1, "size": 2 * gib, "frames": [te, mc]},
+             {"action": "alloc", "addr": 2, "size": 3 * gib, "frames": []},            # freed before the peak
+             {"action": "free_requested", "addr": 2}, {"action": "free_completed", "addr": 2},
+             {"action": "alloc", "addr": 3, "size": 4 * gib, "frames": [mc]},
+             {"action": "alloc", "addr": 4, "size": 1 * gib, "frames": [te, mc]},      # the peak: 2 + 4 + 1
+             {"action": "free_requested", "addr": 3},
+             {"action": "alloc", "addr": 5, "size": 3 * gib, "frames": [mc]}]          # after the peak: 2 + 1 + 3
+    out = peak_sites({"device_traces": [trace]})
+    assert out["traced_peak_gib"] == 7.0 and out["peak_event"] == 5
+    assert out["by_allocation_site"] == [
+        {"site": "megatron/core/transformer/moe/experts.py:900 forward", "blocks": 1, "gib": 4.0},
+        {"site": "transformer_engine/pytorch/module/grouped_linear.py:150 forward", "blocks": 2, "gib": 3.0}]
+    assert out["by_module"] == [{"site": "megatron/core/transformer/moe/experts.py:900 forward", "blocks": 3, "gib": 7.0}]
+
+
+def _result(tmp_path, spec: dict, alloc_gib: float, iterations: int = 6, error=None, rank=None) -> str:
     rows = [{"iteration": i + 1, "step_ms": 1000.0 + 10 * i, "loss": None,
              "max_memory_allocated": int(alloc_gib * memory.GIB), "max_memory_reserved": int((alloc_gib + 2) * memory.GIB)}
             for i in range(iterations)]
-    data = {"spec": spec, "rank": spec["rank"], "world_size": spec["world_size"], "device_name": "NVIDIA H100 80GB HBM3",
+    data = {"spec": spec, "rank": spec["rank"] if rank is None else rank, "world_size": spec["world_size"], "device_name": "NVIDIA H100 80GB HBM3",
             "gpu_memory_gib": 79.19, "iterations": rows, "replaced_at_run_time": [], "error": error,
             "max_memory_allocated": int(alloc_gib * memory.GIB), "max_memory_reserved": int((alloc_gib + 2) * memory.GIB)}
     path = tmp_path / "result.json"

@@ -20,7 +20,7 @@ RUNS = json.loads((RESULTS / "measured.json").read_text())["runs"]
 
 
 def _probed_estimate(run: dict) -> float:
-    plan = analyse(str(RESULTS / run["intent"]), ["versions.apex=none"]).plan
+    plan = analyse(str(RESULTS / run["intent"]), ["versions.apex=none", *run.get("sets", [])]).plan
     spec = rankprobe.spec(plan)
     c = rankprobe._settings(plan, spec["substitutions"])
     c["bias_activation_fusion"] = run["bias_activation_fusion"]
@@ -36,7 +36,8 @@ def _marked(run: dict):
     return run
 
 
-IDS = [f"{r['intent'][8:-5]}-{r['call']}-stage{r.get('stage', 0)}" for r in RUNS]
+IDS = [f"{r['intent'][8:-5]}-{r['call']}-stage{r.get('stage', 0)}{'-' + '-'.join(r['sets']) if r.get('sets') else ''}"
+       for r in RUNS]
 
 
 @pytest.mark.parametrize("run", [_marked(r) for r in RUNS], ids=IDS)

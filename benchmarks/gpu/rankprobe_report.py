@@ -22,15 +22,16 @@ sys.path.insert(0, str(ROOT / "compiler"))
 from mocompile import rankprobe  # noqa: E402
 
 
-def _files(call: Path) -> Path:
-    """The call's files, unpacked once beside its archive."""
+def _files(call: Path, scratch: Path) -> Path:
+    """The call's files, its archive unpacked under ``scratch`` (the results folder stays as committed)."""
     tgz = call / "results.tar.gz"
-    out = call / "unpacked"
-    if tgz.exists() and not out.exists():
-        out.mkdir()
-        with tarfile.open(tgz) as tf:
-            tf.extractall(out, filter="data")
-    return out if out.exists() else call
+    if not tgz.exists():
+        return call
+    out = scratch / call.name
+    out.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(tgz) as tf:
+        tf.extractall(out, filter="data")
+    return out
 
 
 def _tail(log: Path, n: int = 3) -> str:
@@ -41,17 +42,27 @@ def _tail(log: Path, n: int = 3) -> str:
 
 
 def collect(calls: list[Path]) -> list[dict]:
-    rows: dict[str, dict] = {}
+    """One row per recipe and call (a recipe probed at several ranks or in several calls keeps every row); a recipe
+    that never finished keeps one row with its error."""
+    import tempfile
+
+    rows: dict[tuple[str, str], dict] = {}
+    scratch = Path(tempfile.mkdtemp(prefix="rankprobe-report-"))
+    seen: set[bytes] = set()
     for call in calls:
-        files = _files(call)
+        files = _files(call, scratch)
         for lock in sorted(files.glob("lock-*.json")):
             name = lock.stem[len("lock-"):]
             result = files / f"{name}.json"
             row = {"recipe": name, "call": call.name}
             if result.exists():
+                if result.read_bytes() in seen:  # a later call's archive may carry an earlier call's files
+                    continue
+                seen.add(result.read_bytes())
                 data = rankprobe.read_result(str(result))
                 rep = rankprobe.report(data["spec"], data)
-                row.update(rank=data["rank"], world_size=data["world_size"], stage=data["spec"]["stage"],
+                row.update(rank=data["rank"], world_size=data["world_size"],
+                           stage=rankprobe.stage_of(data["spec"], int(data["rank"])),
                            stages=data["spec"]["stages"], device=data["device_name"],
                            substitutions=[f"{s['rule']} {s['field']}: {s['plan']} -> {s['probe']}"
                                           for s in data["spec"]["substitutions"]] +
@@ -64,23 +75,23 @@ def collect(calls: list[Path]) -> list[dict]:
                                files / f"{name}.log")))
             else:
                 row.update(error=_tail(files / f"{name}.log") or "no result written")
-            if row.get("summary") or row["recipe"] not in rows:
-                rows[row["recipe"]] = row
-    return list(rows.values())
+            rows[(name, call.name)] = row
+    done = {name for (name, _), r in rows.items() if r.get("summary")}
+    return [r for (name, _), r in rows.items() if r.get("summary") or name not in done]
 
 
 def markdown(rows: list[dict]) -> str:
-    head = ("| recipe | GPUs | rank (stage) | iterations | peak allocated GiB | peak reserved GiB | estimate GiB | error "
+    head = ("| recipe | call | GPUs | rank (stage) | iterations | peak allocated GiB | peak reserved GiB | estimate GiB | error "
             "| plan estimate GiB (total) | iteration ms | scaled s | model compute s |\n"
-            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+            "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
     out = []
     for r in rows:
         s = r.get("summary")
         if not s:
-            out.append(f"| {r['recipe']} | {r.get('world_size', '')} | {r.get('rank', '')} | 0 | - | - | "
+            out.append(f"| {r['recipe']} | {r['call']} | {r.get('world_size', '')} | {r.get('rank', '')} | 0 | - | - | "
                        f"{(r.get('probe_estimate') or {}).get('estimate_gib', '-')} | - | - | - | - | - |")
             continue
-        out.append(f"| {r['recipe']} | {r['world_size']} | {r['rank']} ({r['stage'] + 1}/{r['stages']}) | "
+        out.append(f"| {r['recipe']} | {r['call']} | {r['world_size']} | {r['rank']} ({r['stage'] + 1}/{r['stages']}) | "
                    f"{s['iterations_run']} | {s['measured_allocated_gib']:.2f} | {s['measured_reserved_gib']:.2f} | "
                    f"{s['estimate_gib']:.2f} | {s['error']:+.1%} | {r['plan_estimate']['estimate_gib']:.2f} "
                    f"({r['plan_estimate']['total_gib']:.2f}) | {s['iteration_ms']} | {s['iteration_plan_scaled_s']} | "

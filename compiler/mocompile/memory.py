@@ -38,10 +38,20 @@ TE_ACTIVATION_FACTOR = 0.95
 # scoped graphs hold static inputs and outputs of every graphed scope and their gradients, per layer and per
 # micro-batch running at once (4 hidden-sized bf16 tensors per token per scope); measured +2.0 GiB for
 # moe_router + moe_preprocess on the TE grid (16 layers, 4096 tokens, hidden 2048, EP overlap: 2 in flight),
-# which this gives (2.0 GiB); full-iteration graphs can raise peak memory 1.5-2x (Bridge
-# skills/nemo-mbridge-perf-cuda-graphs, docs/training/cuda-graphs.md).
+# which this gives (2.0 GiB), and +6.00 GiB measured with the rank probe on Qwen3-30B-A3B (48 layers, EP overlap),
+# which it gives too (6.0 GiB). Full-iteration graphs "can raise peak memory 1.5-2x" (Bridge
+# skills/nemo-mbridge-perf-cuda-graphs, docs/training/cuda-graphs.md), an upper bound nobody here measured; the lower
+# bound that is measured is NVIDIA's Qwen3-30B-A3B 8x B300 MXFP8 recipe, which runs its full-iteration graphs on
+# 288 GiB: the rest of its estimate (weights 61.9, activations 148.5, logits 35.2 GiB, each term measured within
+# -5 .. +9 % on the rank probe) leaves the graphs at most 0.27 of the activations.
 GRAPH_IO_TENSORS = 4
-FULL_ITERATION_GRAPH_FACTOR = 0.5
+FULL_ITERATION_GRAPH_FACTOR = 0.25
+# TE graphs of the attention scope hold far fewer static buffers than the router scopes': measured with the rank
+# probe on one H100 (Qwen3-30B-A3B, rank 0 of 16, benchmarks/results/rankprobe-2026-11-27 call-p): the router
+# scopes with EP overlap cost 6.00 GiB (63.15 -> 57.15 GiB with graphs off; the term above gives 6.0), attention +
+# the router scopes without overlap 3.57 GiB (56.37 -> 52.80), so attention adds 0.57 GiB where the router scopes
+# take 3.0: a fifth.
+ATTN_GRAPH_SHARE = 0.2
 
 
 @functools.lru_cache(maxsize=1)
@@ -302,13 +312,14 @@ class Estimator:
         # None: the most-loaded pipeline stage; a number: that stage (the rank probe compares the rank it measured)
         self.stage = c.get("memory_stage")
         self.glu_fused = c.get("bias_activation_fusion") is not False  # absent: fused (Bridge's perf recipes)
+        self.shared_overlap = bool(c.get("moe_shared_expert_overlap"))
         self.mtp = int(c.get("mtp_num_layers") or m.get("mtp_num_layers") or 0)
         self.peak_stage: dict[tuple[Any, ...], int] = {}   # _acts_of's key -> the pipeline stage its peak is on
         self._chunks: dict[tuple[int, int], tuple[tuple[tuple[float, ...], ...], tuple[tuple[float, ...], ...]]] = {}
         self._weights: dict[tuple[int, ...], tuple[Any, ...]] = {}
         self._acts: dict[tuple[Any, ...], tuple[float, ...]] = {}
         self._per_token: dict[tuple[Any, ...], float] = {}
-        self._n_scopes: dict[tuple[str, ...], int] = {}
+        self._n_scopes: dict[tuple[str, ...], float] = {}
 
     def of(self, c: dict[str, Any]) -> dict[str, Any]:
         """The estimate for the candidate fields of ``c`` (layout, recompute, overlap, dispatcher, graphs)."""
@@ -320,7 +331,8 @@ class Estimator:
                              tuple(c.get("recompute_modules") or ()) if granularity == "selective" else (),
                              bool(c.get("overlap_moe_expert_parallel_comm")), backend,
                              c.get("hybridep_ranks_per_domain"), c.get("cuda_graph_impl") or "none",
-                             tuple(c.get("cuda_graph_modules") or c.get("cuda_graph_scope") or ()))
+                             tuple(c.get("cuda_graph_modules") or c.get("cuda_graph_scope") or ()),
+                             bool(c.get("moe_shared_expert_overlap")))
 
     def stage_chunks(self, pp: int, vpp: int) -> tuple[tuple[tuple[float, ...], ...], tuple[tuple[float, ...], ...]]:
         """(layers, dense layers) in each virtual chunk of every pipeline rank. Megatron-Core places the layout's
@@ -423,9 +435,64 @@ class Estimator:
             self._per_token[key] = hit
         return hit
 
+    def _layout_copies(self, kind: str, modules: tuple[str, ...], tp: int, shared: bool) -> float:
+        """Bytes per local token per layer that Megatron-Core keeps because of how it lays tensors out, beyond the
+        per-token counts of ``_act_bytes_per_token``:
+
+        - GQA with ``qk_layernorm``: ``get_query_key_value_tensors`` (transformer/attention.py) reshapes the query
+          split out of linear_qkv's output to [sq, b, np, hn]; with more than one query group per rank and more than
+          one head per group that view cannot be reshaped in place, so it is a copy, and q_layernorm keeps it for
+          its backward (2 bytes per query channel). Measured with the rank probe's allocation trace on Qwen3-235B-A22B
+          (attention.py:1906, 16 KiB per token per layer).
+        - ``moe_shared_expert_overlap`` with TP > 1: SharedExpertMLP.pre_forward_comm (transformer/moe/shared_experts.py)
+          gathers the whole sequence before linear_fc1, which then runs without sequence parallelism and keeps the
+          gathered input for its weight gradient: tp times the local shard the non-overlapped layer keeps (FP8/FP4:
+          its low-precision copy)."""
+        m = self.m
+        extra = 0.0
+        if m.get("qk_layernorm") and m.get("attention") not in ("mla", "hybrid") and "core_attn" not in modules:
+            groups = m["num_query_groups"] // tp if m["num_query_groups"] >= tp else 1
+            if groups > 1 and m["num_attention_heads"] > m["num_query_groups"]:
+                extra += 2 * m["num_attention_heads"] * m["kv_channels"]
+        if shared and tp > 1 and m.get("shared_expert_size") and not {"moe", "shared_experts"} & set(modules):
+            mk = self._kind_model(kind)
+            frac_moe = (mk["num_layers"] - mk.get("first_k_dense", 0)) / mk["num_layers"]
+            elt = 2.0 if not (self.fp8 or self.fp4) or self.impl != "transformer_engine" else (0.5 if self.fp4 else 1.0)
+            extra += frac_moe * elt * m["hidden_size"] * (tp - 1)
+        return extra
+
+    def _low_precision_saving(self, kind: str, modules: tuple[str, ...]) -> float:
+        """Bytes per local token per layer an FP8/FP4 recipe keeps less than bf16. Transformer Engine saves a GEMM's
+        input for its weight gradient as the low-precision (column-wise) copy it made, 1 byte per element (FP4
+        ~0.5) instead of 2, where nothing else keeps the bf16 tensor: linear_qkv's layer-norm output and, per routed
+        token, the expert fc1 and fc2 inputs. Where Megatron-Core 0.19.2 calls ``set_save_original_input`` the
+        module keeps the bf16 input instead, and the copy saves nothing: ``linear_proj`` with any recipe but
+        delayed scaling (transformer/attention.py: fused attention keeps that same bf16 output for its own
+        backward), ``linear_fc2`` when ``moe_act`` is recomputed (transformer/moe/experts.py: the recompute
+        discards that input), ``linear_qkv`` when ``layernorm`` is. With delayed scaling ``linear_proj`` keeps its
+        FP8 copy beside attention's bf16 output: 1 byte more than bf16. Measured with the rank probe on one H100
+        (FP8 current scaling vs bf16, the same plans): counting linear_proj's copy as a saving put DeepSeek-V3,
+        GPT-OSS-120B and Qwen3-235B-A22B 2.3-2.7 GiB under their measured peaks."""
+        m = self.m
+        lp = 0.5 if self.fp4 else 1.0      # bytes per element of the low-precision copy
+        freed = 2.0 - lp                   # where the bf16 tensor is released
+        h, ffn = m["hidden_size"], m["moe_ffn_hidden_size"]
+        saving = 0.0 if "layernorm" in modules else freed * h
+        if self.fp8 == "delayed" and not self.fp4:
+            saving -= lp * m["num_attention_heads"] * m["kv_channels"]
+        if "moe" not in modules:
+            mk = self._kind_model(kind)
+            frac_moe = (mk["num_layers"] - mk.get("first_k_dense", 0)) / mk["num_layers"]
+            routed = m["moe_router_topk"] * (1.0 if self.force_balance else ROUTING_IMBALANCE) * frac_moe
+            saving += routed * freed * (h + (0.0 if "moe_act" in modules else ffn))
+        return saving
+
     def _acts_of(self, tp: int, pp: int, vpp: int, cp: int, dp: int, layers_rank: int, granularity: Any,
-                 modules: tuple[str, ...], overlap: bool) -> tuple[float, ...]:
-        key = (tp, pp, vpp, cp, granularity, modules, overlap)   # dp and layers_rank follow from these
+                 modules: tuple[str, ...], overlap: bool, shared: bool | None = None) -> tuple[float, ...]:
+        """``shared``: the candidate's moe_shared_expert_overlap (None: that of the settings this estimator was
+        made from)."""
+        shared = self.shared_overlap if shared is None else bool(shared)
+        key = (tp, pp, vpp, cp, granularity, modules, overlap, shared)   # dp and layers_rank follow from these
         hit = self._acts.get(key)
         if hit is not None:
             return hit
@@ -437,19 +504,9 @@ class Estimator:
             """Bytes one layer of ``kind`` ("mix": the model's dense/MoE average) keeps per micro-batch."""
             per_layer = self._bytes_per_token(modules, full, kind) * tokens
             if self.impl == "transformer_engine" and (self.fp8 or self.fp4) and not full:
-                # FP8/FP4 recipes: TE keeps the GEMM inputs it needs for the weight gradient in the low-precision
-                # (column-wise) copy it already made, 1 byte (FP4: ~0.5) instead of 2 per element: the QKV and output
-                # projection inputs and, per routed token, the expert fc1 and fc2 inputs.
-                saved = 0.75 if self.fp4 else 0.5
-                imbalance = 1.0 if self.force_balance else ROUTING_IMBALANCE
-                q = m["num_attention_heads"] * m["kv_channels"]
-                gemm_in = 2 * m["hidden_size"] + 2 * q
-                mk = self._kind_model(kind)
-                frac_moe = (mk["num_layers"] - mk.get("first_k_dense", 0)) / mk["num_layers"]
-                if "moe" not in modules:
-                    gemm_in += m["moe_router_topk"] * imbalance * 2 * (m["hidden_size"] + m["moe_ffn_hidden_size"]) \
-                        * frac_moe
-                per_layer -= saved * gemm_in * tokens
+                per_layer -= self._low_precision_saving(kind, modules) * tokens
+            if not full:
+                per_layer += self._layout_copies(kind, modules, tp, shared) * tokens
             if self.impl == "local" and not ("core_attn" in modules or full):
                 per_layer += ATTN_SCORE_BYTES * m["num_attention_heads"] / tp * (s / cp) ** 2 * b  # unfused softmax
             return per_layer
@@ -512,21 +569,23 @@ class Estimator:
             buffers = max_tokens * m["hidden_size"] * 2 + max_tokens * (m["num_moe_experts"] // ep) * 4
         return buffers
 
-    def _scope_count(self, scopes: tuple[str, ...] | None) -> int:
-        """Graphed scopes that hold their own static buffers: the MoE scopes (router, preprocess) as one, and
-        attention. ``scopes`` None: this estimator's own (from ``c``); empty: the router scopes, the default."""
+    def _scope_count(self, scopes: tuple[str, ...] | None) -> float:
+        """Graphed scopes that hold their own static buffers, in units of the MoE scopes (router, preprocess, as
+        one): attention counts ``ATTN_GRAPH_SHARE`` of them (measured). ``scopes`` None: this estimator's own (from
+        ``c``); empty: the router scopes, the default."""
         key = self.graph_scopes if scopes is None else scopes
         hit = self._n_scopes.get(key)
         if hit is None:
             found = key or ("moe_router", "moe_preprocess")
-            hit = self._n_scopes[key] = max(1, (1 if any(str(s).startswith("moe") for s in found) else 0)
-                                            + (1 if "attn" in found else 0))
+            moe = 1.0 if any(str(s).startswith("moe") for s in found) else 0.0
+            attn = ATTN_GRAPH_SHARE if "attn" in found else 0.0
+            hit = self._n_scopes[key] = moe + attn if moe + attn else 1.0  # another scope: as the router's
         return hit
 
     def _graphs(self, graph_impl: str, acts: float, layers_rank: int, overlap: bool, tokens: float,
                 scopes: tuple[str, ...] | None = None) -> float:
         """CUDA-graph buffers (in PyTorch's allocator). ``scopes``: the candidate's graphed scopes; a search
-        must pass them, since attention graphs (TE scope ``attn``) hold as much again as the router's."""
+        must pass them, since attention graphs (TE scope ``attn``) hold buffers of their own."""
         graphs = 0.0
         if graph_impl == "full_iteration":
             graphs = FULL_ITERATION_GRAPH_FACTOR * acts
@@ -540,10 +599,11 @@ class Estimator:
 
     def _parts(self, tp: int, pp: int, vpp: int, ep: int, etp: int, cp: int, granularity: Any,
                modules: tuple[str, ...], overlap: bool, backend: str | None, ranks: int | None,
-               graph_impl: str, graph_scopes: tuple[str, ...] | None = None) -> tuple[float, ...]:
+               graph_impl: str, graph_scopes: tuple[str, ...] | None = None,
+               shared: bool | None = None) -> tuple[float, ...]:
         dp, layers_rank, dense, experts, weights, unfused_wgrad, step = self._weights_of(tp, pp, cp, ep, etp, vpp)
         tokens, in_flight, acts, logits = self._acts_of(tp, pp, vpp, cp, dp, layers_rank, granularity, modules,
-                                                        overlap)
+                                                        overlap, shared)
         buffers = self._buffers(ep, etp, backend, ranks)
         graphs = self._graphs(graph_impl, acts, layers_rank, overlap, tokens, graph_scopes)
         allocated, step_extra = _allocated(weights, acts, logits, graphs, unfused_wgrad, step)
@@ -551,29 +611,34 @@ class Estimator:
         return allocated, total, weights, acts, logits, buffers, graphs, dense, experts, in_flight, step_extra
 
     def knobs(self, tp: int, pp: int, vpp: int, ep: int, etp: int, cp: int, overlap: bool, backend: str | None,
-              ranks: int | None, graph_impl: str, graph_scopes: tuple[str, ...] | None = None) -> tuple[Any, ...]:
+              ranks: int | None, graph_impl: str, graph_scopes: tuple[str, ...] | None = None,
+              shared: bool | None = None) -> tuple[Any, ...]:
         """What ``total_gib`` needs of a candidate but its recompute rung: its weights and dispatcher buffers
         are the same at every rung."""
         dp, layers_rank, _, _, weights, unfused_wgrad, step = self._weights_of(tp, pp, cp, ep, etp, vpp)
         return (tp, pp, vpp, cp, dp, layers_rank, weights, unfused_wgrad, self._buffers(ep, etp, backend, ranks),
-                overlap, graph_impl, graph_scopes, step)
+                overlap, graph_impl, graph_scopes, step, shared)
 
     def total_gib(self, knobs: tuple[Any, ...], granularity: Any, modules: tuple[str, ...]) -> float:
         """``estimate(...)["total_gib"]`` (what a fit test reads) of ``knobs`` at one recompute rung."""
-        tp, pp, vpp, cp, dp, layers_rank, weights, unfused_wgrad, buffers, overlap, graph_impl, scopes, step = knobs
-        tokens, _, acts, logits = self._acts_of(tp, pp, vpp, cp, dp, layers_rank, granularity, modules, overlap)
+        tp, pp, vpp, cp, dp, layers_rank, weights, unfused_wgrad, buffers, overlap, graph_impl, scopes, step, shared = knobs
+        tokens, _, acts, logits = self._acts_of(tp, pp, vpp, cp, dp, layers_rank, granularity, modules, overlap,
+                                                shared)
         graphs = self._graphs(graph_impl, acts, layers_rank, overlap, tokens, scopes)
         allocated, _ = _allocated(weights, acts, logits, graphs, unfused_wgrad, step)  # as in _parts
         return round((allocated + buffers + WORKSPACE_GIB * GIB) / GIB, 2)
 
     def estimate(self, tp: int, pp: int, vpp: int, ep: int, etp: int, cp: int, granularity: Any,
                  modules: tuple[str, ...], overlap: bool, backend: str | None, ranks: int | None,
-                 graph_impl: str, graph_scopes: tuple[str, ...] | None = None) -> dict[str, Any]:
+                 graph_impl: str, graph_scopes: tuple[str, ...] | None = None,
+                 shared: bool | None = None) -> dict[str, Any]:
         """The estimate of one candidate: ``modules`` only for selective recompute, ``backend`` only for the
         flex dispatcher, ``ranks`` HybridEP's ranks per domain (None: the EP group), ``graph_scopes`` its TE
-        graph scopes (None: those of the settings this estimator was made from)."""
+        graph scopes and ``shared`` its moe_shared_expert_overlap (None: those of the settings this estimator was
+        made from)."""
         allocated, total, weights, acts, logits, buffers, graphs, dense, experts, in_flight, step_extra = self._parts(
-            tp, pp, vpp, ep, etp, cp, granularity, modules, overlap, backend, ranks, graph_impl, graph_scopes)
+            tp, pp, vpp, ep, etp, cp, granularity, modules, overlap, backend, ranks, graph_impl, graph_scopes, shared)
+        shared = self.shared_overlap if shared is None else bool(shared)
         return {
             # Peak of PyTorch's allocator (comparable to torch.cuda.max_memory_allocated).
             "estimate_gib": round(allocated / GIB, 2),
@@ -592,7 +657,7 @@ class Estimator:
             "params_per_gpu_m": round((dense + experts) / 1e6, 1),
             "in_flight_microbatches": round(in_flight, 2),
             # the pipeline stage this estimate is of: the most-loaded one unless ``memory_stage`` named one
-            "stage": self.peak_stage.get((tp, pp, vpp, cp, granularity, modules, overlap), 0),
+            "stage": self.peak_stage.get((tp, pp, vpp, cp, granularity, modules, overlap, shared), 0),
             # pinned host memory per GPU: the offloaded optimizer share and the offloaded activations (MEM003)
             "host_gib": round(self._host(tp, pp, vpp, ep, etp, cp, granularity, modules, dense, experts, in_flight) / GIB, 2),
         }

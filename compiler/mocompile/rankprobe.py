@@ -127,7 +127,11 @@ def spec(plan: Plan) -> dict[str, Any]:
     # the estimate of the probed rank itself (the planner's adds the heaviest rank's weights to the heaviest rank's
     # activations, which may be two ranks)
     est_plan = memory.estimate(plan.model, dict(plan.values(), memory_stage=stage))
-    est_probe = memory.estimate(plan.model, dict(_settings(plan, subs), memory_stage=stage))
+    probed = _settings(plan, subs)
+    est_probe = memory.estimate(plan.model, dict(probed, memory_stage=stage))
+    # every stage's estimate, so that a rank picked by MOCOMPILE_RANK_PROBE_RANK is compared with its own stage's
+    by_stage = [est_probe["estimate_gib"] if s == stage else
+                memory.estimate(plan.model, dict(probed, memory_stage=s))["estimate_gib"] for s in range(pp)]
     terms = ((plan.planner or {}).get("chosen") or {}).get("terms_s") or {}
     compute = sum(float(terms.get(k) or 0.0) for k in ("compute", "recompute"))
     keep = ("estimate_gib", "total_gib", "weights_and_optimizer_gib", "activations_gib", "logits_gib",
@@ -145,6 +149,7 @@ def spec(plan: Plan) -> dict[str, Any]:
         "model": {s["field"]: s["probe"] for s in subs if s["field"] != "global_batch_size"},
         "substitutions": subs,
         "estimate": {"plan": {k: est_plan[k] for k in keep}, "probe": {k: est_probe[k] for k in keep},
+                     "probe_by_stage_gib": by_stage,
                      # what the substitutions change in the estimate (plan minus probe): the part of the plan's
                      # memory the probe cannot show
                      "difference_gib": {"allocated": round(est_plan["estimate_gib"] - est_probe["estimate_gib"], 2),
@@ -154,15 +159,16 @@ def spec(plan: Plan) -> dict[str, Any]:
     }
 
 
-def findings(probe: dict[str, Any], gpu_gib: float | None = None) -> list[dict[str, Any]]:
+def findings(probe: dict[str, Any], gpu_gib: float | None = None, rank: int | None = None) -> list[dict[str, Any]]:
     """The rank-probe rules a spec (and, once known, the probing GPU's memory) triggers, as plain dicts:
-    ``PRB001`` the probed configuration's estimate does not fit the probing GPU; ``PRB002``-``PRB004`` the
-    substitutions, each with the memory they hide."""
+    ``PRB001`` the probed configuration's estimate (of ``rank``'s stage; default the spec's rank) does not fit the
+    probing GPU; ``PRB002``-``PRB004`` the substitutions, each with the memory they hide."""
     out: list[dict[str, Any]] = []
-    est = probe["estimate"]["probe"]
-    if gpu_gib is not None and est["estimate_gib"] > gpu_gib:
+    rank = probe["rank"] if rank is None else rank
+    est_gib = probed_estimate_gib(probe, rank)
+    if gpu_gib is not None and est_gib > gpu_gib:
         out.append({"rule": "PRB001", "severity": "error",
-                    "message": f"rank {probe['rank']}'s estimated peak, {est['estimate_gib']:g} GiB, exceeds this "
+                    "message": f"rank {rank}'s estimated peak, {est_gib:g} GiB, exceeds this "
                                f"GPU's {gpu_gib:g} GiB: the probe would stop at its first out-of-memory error",
                     "hint": "probe on a GPU with more memory (the plan's own GPU type), or lower the rank's share "
                             "first (more expert or pipeline parallelism, recompute)"})
@@ -183,9 +189,24 @@ def findings(probe: dict[str, Any], gpu_gib: float | None = None) -> list[dict[s
     return out
 
 
+def stage_of(spec: dict[str, Any], rank: int) -> int:
+    """The pipeline stage of global ``rank`` (the pipeline outermost, as ``stage_rank``)."""
+    return min(int(spec["stages"]) - 1, rank // max(1, int(spec["world_size"]) // int(spec["stages"])))
+
+
+def probed_estimate_gib(spec: dict[str, Any], rank: int) -> float:
+    """The estimate of the probed configuration for the stage ``rank`` is on: the spec's own rank's, or, when
+    MOCOMPILE_RANK_PROBE_RANK picked another stage, that stage's (a spec without per-stage figures: its rank's)."""
+    by_stage = spec["estimate"].get("probe_by_stage_gib")
+    if by_stage and rank != spec["rank"]:
+        return float(by_stage[stage_of(spec, rank)])
+    return float(spec["estimate"]["probe"]["estimate_gib"])
+
+
 def summary(result: dict[str, Any]) -> dict[str, Any]:
-    """The figures a result is judged by: measured peaks against the estimate of the probed configuration."""
-    est = result["spec"]["estimate"]["probe"]
+    """The figures a result is judged by: measured peaks against the estimate of the probed configuration, for
+    the stage of the rank that ran."""
+    est = {"estimate_gib": probed_estimate_gib(result["spec"], int(result.get("rank", result["spec"]["rank"])))}
     alloc_gib = result["max_memory_allocated"] / memory.GIB
     reserved_gib = result["max_memory_reserved"] / memory.GIB
     err = (est["estimate_gib"] - alloc_gib) / alloc_gib if alloc_gib else None
@@ -274,9 +295,12 @@ def report(probe: dict[str, Any], result: dict[str, Any] | None, rc: int | None 
            recipe: str | None = None) -> dict[str, Any]:
     """What ``mocompile rankprobe`` prints (``--format json``) and judges its exit code by."""
     gpu = result.get("gpu_memory_gib") if result else None
-    rep: dict[str, Any] = {"recipe": recipe, "rank": result["rank"] if result else probe["rank"],
-                           "world_size": probe["world_size"], "rank_why": probe["rank_why"],
-                           "findings": findings(probe, gpu), "estimate": probe["estimate"],
+    rank = int(result["rank"]) if result else probe["rank"]
+    why = probe["rank_why"] if rank == probe["rank"] else \
+        f"chosen by the caller: stage {stage_of(probe, rank) + 1} of {probe['stages']}; the estimate's own pick is rank {probe['rank']}"
+    rep: dict[str, Any] = {"recipe": recipe, "rank": rank,
+                           "world_size": probe["world_size"], "rank_why": why,
+                           "findings": findings(probe, gpu, rank), "estimate": probe["estimate"],
                            "model_compute_s": probe["model_compute_s"], "rc": rc, "log": log,
                            "device_name": result.get("device_name") if result else None,
                            "error": result.get("error") if result else (None if rc in (None, 0) else

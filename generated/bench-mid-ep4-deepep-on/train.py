@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-mid-ep4-deepep-on.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:55149a2b811a6c09 input sha256:4e4b25309362a965
+# mocompile: checksum sha256:35c4dd456e3c1c67 input sha256:4e4b25309362a965
 """bench-mid-ep4-deepep-on: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (a small test MoE) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -44,7 +44,7 @@ ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_NVLS_ENABLE': '0', 'PYTHO
 
 # MOCOMPILE_RANK_PROBE (rankprobe.sh, `mocompile rankprobe`): the rank this plan's memory estimate calls most loaded,
 # what the probe runs instead of what a fake process group cannot run, and the estimates it is compared with.
-RANK_PROBE = {'world_size': 4, 'rank': 0, 'stage': 0, 'stages': 1, 'rank_why': 'no pipeline: every rank holds the whole stack, the embedding, the output layer and the loss', 'iterations': 6, 'microbatches': {'plan': 2, 'probe': 2}, 'global_batch_size': 16, 'model': {'moe_token_dispatcher_type': 'alltoall', 'moe_router_force_load_balancing': True}, 'substitutions': [{'field': 'moe_token_dispatcher_type', 'plan': 'flex (deepep)', 'probe': 'alltoall', 'rule': 'PRB002', 'why': "DeepEP needs real peers (its buffers exchange IPC and NVSHMEM handles at construction); Megatron-LM refuses the flex dispatcher under a fake process group. The alltoall dispatcher moves the same tokens through PyTorch's allocator; the flex dispatcher's own buffers are outside it"}, {'field': 'moe_router_force_load_balancing', 'plan': False, 'probe': True, 'rule': 'PRB003', 'why': "the tokens a rank's experts receive depend on every other rank's routing, which a fake group does not run: routing is forced to balance (random router logits), so each expert gets its mean share; the estimate's natural-routing imbalance is not measured"}], 'estimate': {'plan': {'estimate_gib': 46.52, 'total_gib': 48.02, 'weights_and_optimizer_gib': 25.96, 'activations_gib': 19.26, 'logits_gib': 0.98, 'dispatcher_buffers_gib': 1.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.33, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 1911.6, 'in_flight_microbatches': 1.15}, 'probe': {'estimate_gib': 44.68, 'total_gib': 45.18, 'weights_and_optimizer_gib': 25.96, 'activations_gib': 17.42, 'logits_gib': 0.98, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.33, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 1911.6, 'in_flight_microbatches': 1.15}, 'difference_gib': {'allocated': 1.84, 'total': 2.84}}, 'model_compute_s': {'plan': 0.327, 'probe': 0.327}}
+RANK_PROBE = {'world_size': 4, 'rank': 0, 'stage': 0, 'stages': 1, 'rank_why': 'no pipeline: every rank holds the whole stack, the embedding, the output layer and the loss', 'iterations': 6, 'microbatches': {'plan': 2, 'probe': 2}, 'global_batch_size': 16, 'model': {'moe_token_dispatcher_type': 'alltoall', 'moe_router_force_load_balancing': True}, 'substitutions': [{'field': 'moe_token_dispatcher_type', 'plan': 'flex (deepep)', 'probe': 'alltoall', 'rule': 'PRB002', 'why': "DeepEP needs real peers (its buffers exchange IPC and NVSHMEM handles at construction); Megatron-LM refuses the flex dispatcher under a fake process group. The alltoall dispatcher moves the same tokens through PyTorch's allocator; the flex dispatcher's own buffers are outside it"}, {'field': 'moe_router_force_load_balancing', 'plan': False, 'probe': True, 'rule': 'PRB003', 'why': "the tokens a rank's experts receive depend on every other rank's routing, which a fake group does not run: routing is forced to balance (random router logits), so each expert gets its mean share; the estimate's natural-routing imbalance is not measured"}], 'estimate': {'plan': {'estimate_gib': 46.81, 'total_gib': 48.31, 'weights_and_optimizer_gib': 25.96, 'activations_gib': 19.54, 'logits_gib': 0.98, 'dispatcher_buffers_gib': 1.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.33, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 1911.6, 'in_flight_microbatches': 1.15}, 'probe': {'estimate_gib': 44.97, 'total_gib': 45.47, 'weights_and_optimizer_gib': 25.96, 'activations_gib': 17.7, 'logits_gib': 0.98, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.33, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 1911.6, 'in_flight_microbatches': 1.15}, 'probe_by_stage_gib': [44.97], 'difference_gib': {'allocated': 1.84, 'total': 2.84}}, 'model_compute_s': {'plan': 0.327, 'probe': 0.327}}
 
 
 def _model() -> GPTModelProvider:
@@ -142,9 +142,9 @@ def build_config() -> ConfigContainer:
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = False  # derived: grouped GEMM experts need Transformer Engine
     model.recompute_granularity = None  # user: pinned in the recipe
-    model.recompute_method = None  # goal: lightest recompute that fits: 48.0 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 48.0 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 48.0 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 48.3 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 48.3 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 48.3 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack: no TE graphs
     model.cuda_graph_modules = []  # goal: part of the chosen plan (0.45 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
@@ -371,8 +371,19 @@ def _simulate_collectives() -> None:
         if real is None:
             continue
 
-        def wrapper(*args, _real=real, _fill=fill, **kwargs):
-            work = _real(*args, **kwargs)
+        def wrapper(*args, _real=real, _fill=fill, _name=name, **kwargs):
+            real_args, real_kwargs = args, kwargs
+            if _name == "all_gather":
+                # torch's fake group checks every output against the input's size; Megatron-Core's layer-wise
+                # optimizer (Muon, optimizer/layer_wise_optimizer.py _allgather_helper) gathers uneven shards: the
+                # fake group gets the input as every output (no allocation), the real outputs are filled below
+                outs = args[0] if args else kwargs.get("tensor_list")
+                inp = args[1] if len(args) > 1 else kwargs.get("tensor")
+                if outs and inp is not None and any(t.shape != inp.shape for t in outs):
+                    real_args = ([inp] * len(outs),) + tuple(args[1:]) if args else args
+                    if not args:
+                        real_kwargs = dict(kwargs, tensor_list=[inp] * len(outs))
+            work = _real(*real_args, **real_kwargs)
             _fill(*args, **kwargs)
             return work
 
@@ -386,6 +397,58 @@ def _simulate_collectives() -> None:
             for attr, value in list(vars(mod).items()):
                 if callable(value) and id(value) in swap:
                     setattr(mod, attr, swap[id(value)])
+
+
+def _site(frames: list, roots: tuple[str, ...]) -> str:
+    """The innermost frame under one of ``roots`` (a path fragment), as ``package/file.py:line function``."""
+    for fr in frames:
+        name = str(fr.get("filename", ""))
+        for root in roots:
+            at = name.rfind(root)
+            if at >= 0:
+                return f"{name[at + 1:]}:{fr.get('line')} {fr.get('name')}"
+    return "(no Python frame: allocated by autograd or a C++ extension)"
+
+
+def _peak_sites(snapshot: dict, top: int = 40) -> dict:
+    """Where the allocated bytes sat at the traced peak (MOCOMPILE_RANK_PROBE_SITES=1): replay the caching
+    allocator's trace (torch.cuda.memory._snapshot()["device_traces"]: alloc / free_requested / free_completed),
+    find its highest point and sum the blocks alive there by the innermost Megatron / Transformer Engine frame that
+    allocated them, and by the innermost Megatron-Core module frame. A diagnosis of the estimate, not a measurement
+    of the peak (the peak allocated memory is torch.cuda.max_memory_allocated)."""
+    events = [e for e in (snapshot.get("device_traces") or [[]])[0] if isinstance(e, dict)]
+
+    def replay(stop: int) -> tuple[dict, int, int, int]:
+        live: dict = {}
+        cur = peak = 0
+        at = -1
+        for i, e in enumerate(events[:stop]):
+            act, addr = e.get("action"), e.get("addr")
+            if act == "alloc":
+                live[addr] = e
+                cur += int(e.get("size", 0))
+                if cur > peak:
+                    peak, at = cur, i
+            elif act in ("free_requested", "free_completed") and addr in live:
+                cur -= int(live.pop(addr).get("size", 0))
+        return live, cur, peak, at
+
+    _, _, peak, at = replay(len(events))
+    live, _, _, _ = replay(at + 1)
+    kernels = ("/transformer_engine/", "/megatron/", "/torch/nn/", "/torch/distributed/")
+    modules = ("/megatron/core/transformer/", "/megatron/core/models/", "/megatron/core/ssm/", "/megatron/core/")
+
+    def grouped(roots: tuple[str, ...]) -> list:
+        sums: dict = {}
+        for e in live.values():
+            key = _site(e.get("frames") or [], roots)
+            n, b = sums.get(key, (0, 0))
+            sums[key] = (n + 1, b + int(e.get("size", 0)))
+        ranked = sorted(sums.items(), key=lambda kv: -kv[1][1])[:top]
+        return [{"site": k, "blocks": n, "gib": round(b / 2**30, 3)} for k, (n, b) in ranked]
+
+    return {"traced_peak_gib": round(peak / 2**30, 3), "events": len(events), "peak_event": at,
+            "by_allocation_site": grouped(kernels), "by_module": grouped(modules)}
 
 
 def rank_probe(path: str) -> None:
@@ -420,11 +483,28 @@ def rank_probe(path: str) -> None:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(json.dumps(result) + "\n")
 
-    if spec["estimate"]["probe"]["estimate_gib"] > gpu_gib and os.environ.get("MOCOMPILE_RANK_PROBE_FORCE") != "1":
-        result["error"] = (f"PRB001 the estimated peak of rank {rank}, {spec['estimate']['probe']['estimate_gib']} GiB, "
+    # the estimate of this rank's stage (MOCOMPILE_RANK_PROBE_RANK may pick another stage than the spec's)
+    by_stage = spec["estimate"].get("probe_by_stage_gib") or []
+    stage = min(int(spec["stages"]) - 1, rank // max(1, world // int(spec["stages"])))
+    estimate_gib = by_stage[stage] if by_stage and rank != spec["rank"] else spec["estimate"]["probe"]["estimate_gib"]
+    result["stage"], result["estimate_gib"] = stage, estimate_gib
+    if estimate_gib > gpu_gib and os.environ.get("MOCOMPILE_RANK_PROBE_FORCE") != "1":
+        result["error"] = (f"PRB001 the estimated peak of rank {rank}, {estimate_gib} GiB, "
                            f"exceeds this GPU's {gpu_gib:.1f} GiB (MOCOMPILE_RANK_PROBE_FORCE=1 runs it anyway)")
         write()
         raise SystemExit(f"mocompile: {result['error']}")
+    sites = os.environ.get("MOCOMPILE_RANK_PROBE_SITES") == "1"
+    if sites:  # every allocation with its Python stack, from before the model is built (slows the probe)
+        torch.cuda.memory._record_memory_history(max_entries=5_000_000, stacks="python")
+
+    def diagnose() -> None:
+        if not sites:
+            return
+        try:
+            result["peak_sites"] = _peak_sites(torch.cuda.memory._snapshot())
+        except Exception as exc:  # noqa: BLE001  (a diagnosis never fails the probe)
+            result["peak_sites"] = {"error": f"{type(exc).__name__}: {exc}"}
+
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
     from megatron.bridge.training.callbacks import Callback
     from megatron.bridge.training.gpt_step import forward_step
@@ -483,8 +563,10 @@ def rank_probe(path: str) -> None:
         pretrain(config=cfg, forward_step_func=forward_step, callbacks=[StepProbe()])
     except torch.cuda.OutOfMemoryError as exc:
         result["error"] = f"out of memory: {str(exc).splitlines()[0]}"
+        diagnose()
         write()
         raise SystemExit(f"mocompile: rank probe: {result['error']}") from None
+    diagnose()
     write()
 
 

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid2-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:400be47f37d78ce0 input sha256:514407a2163cdd8e
+# mocompile: checksum sha256:3736e6b792f393bc input sha256:514407a2163cdd8e
 # bench-te-mid2-auto: rank probe for this 2-GPU plan on ONE GPU (issue 23; `mocompile rankprobe` runs it).
 # One process impersonates one rank of the full job under torch's fake process group (collectives skipped):
 # it builds that rank's real model shard and optimizer state and runs real forward/backward passes, then writes
 # measured peak memory, per-iteration time and the memory estimate to MOCOMPILE_RANK_PROBE (a JSON file).
 #   MOCOMPILE_RANK_PROBE_RANK  the rank to impersonate (default 0: no pipeline: every rank holds the whole stack, the embedding, the output layer and the loss)
 #   MOCOMPILE_RANK_PROBE_ITERS iterations (default 6)
+#   MOCOMPILE_RANK_PROBE_SITES=1 also records every allocation and writes where the peak's bytes were allocated
+#                              ("peak_sites" in the JSON; slower: use 2 iterations)
 # MOCOMPILE_DRY_RUN=1 runs the preflight, prints the command and environment, and exits 0.
 set -euo pipefail
 

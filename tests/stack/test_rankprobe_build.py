@@ -47,6 +47,11 @@ CHILD = textwrap.dedent(r'''
     gathered = torch.full((4 * world,), -1, dtype=torch.long)
     dist.all_gather_into_tensor(gathered, counts)
     out["all_gather"] = gathered.tolist()
+    # Megatron-Core's layer-wise optimizer (Muon) gathers uneven shards, this rank's own tensor among the outputs
+    src = torch.tensor([7.0, 8.0])
+    outs = [src if i == rank else torch.full((2 if i % 2 == 0 else 3,), -1.0) for i in range(world)]
+    dist.all_gather(outs, src)
+    out["uneven_all_gather"] = [t.tolist() for t in outs[:2]]
     sent = torch.arange(12.0).view(6, 2)
     got = torch.full((10, 2), -1.0)
     dist.all_to_all_single(got, sent, [10] + [0] * (world - 1), [6] + [0] * (world - 1))
@@ -105,6 +110,9 @@ def test_the_probed_rank_builds_its_shard_of_the_estimated_size_under_a_fake_gro
     # the collectives a fake group leaves unfilled come back as if every rank held this rank's data
     assert out["mappings_rebound"] is True
     assert out["all_gather"] == [3, 1, 2, 5] * probe["world_size"]
+    # torch's fake group refuses outputs of another size than the input; the probe hands it even ones and fills
+    # the real, uneven outputs (what fits, repeated)
+    assert out["uneven_all_gather"] == [[7.0, 8.0], [7.0, 8.0, 7.0]]
     assert out["all_to_all"] == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 0.0, 2.0, 4.0, 6.0]
     assert out["recv_filled"] is True
     # the plan's DeepEP and natural routing are replaced for the probe; the rank is the stage's data-loading rank

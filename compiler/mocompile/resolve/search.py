@@ -406,7 +406,8 @@ class Scorer:
                                      cand.dispatcher if cand.dispatcher in FLEX else None,
                                      min(self._nvlink_domain, cand.ep * cand.etp),
                                      self._impl.get(cand.graphs) or _graph_impl(self.ctx, cand.graphs),
-                                     self._scopes_of(cand.graphs))
+                                     self._scopes_of(cand.graphs),
+                                     _shared_expert_overlap(self.ctx, cand.overlap, cand.dispatcher))
 
     def _scopes_of(self, graphs: str) -> tuple[str, ...]:
         hit = self._scopes.get(graphs)
@@ -424,7 +425,8 @@ class Scorer:
         flex = cand.dispatcher in FLEX
         return (cand.tp, cand.pp, cand.vpp, cand.ep, cand.etp, cand.cp, *(rung or (None, None)), bool(cand.overlap),
                 cand.dispatcher if flex else None, min(self._nvlink_domain, cand.ep * cand.etp),
-                self._impl.get(cand.graphs) or _graph_impl(self.ctx, cand.graphs), self._scopes_of(cand.graphs))
+                self._impl.get(cand.graphs) or _graph_impl(self.ctx, cand.graphs), self._scopes_of(cand.graphs),
+                _shared_expert_overlap(self.ctx, cand.overlap, cand.dispatcher))
 
     def score(self, cand: Candidate, anchor: str | None = None) -> Scored:
         self.count += 1
