@@ -222,7 +222,8 @@ def _result(tmp_path, spec: dict, alloc_gib: float, iterations: int = 6, error=N
     rows = [{"iteration": i + 1, "step_ms": 1000.0 + 10 * i, "loss": None,
              "max_memory_allocated": int(alloc_gib * memory.GIB), "max_memory_reserved": int((alloc_gib + 2) * memory.GIB)}
             for i in range(iterations)]
-    data = {"spec": spec, "rank": spec["rank"] if rank is None else rank, "world_size": spec["world_size"], "device_name": "NVIDIA H100 80GB HBM3",
+    data = {"spec": spec, "rank": spec["rank"] if rank is None else rank, "world_size": spec["world_size"],
+            "device_name": "NVIDIA H100 80GB HBM3",
             "gpu_memory_gib": 79.19, "iterations": rows, "replaced_at_run_time": [], "error": error,
             "max_memory_allocated": int(alloc_gib * memory.GIB), "max_memory_reserved": int((alloc_gib + 2) * memory.GIB)}
     path = tmp_path / "result.json"

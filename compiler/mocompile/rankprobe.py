@@ -297,7 +297,8 @@ def report(probe: dict[str, Any], result: dict[str, Any] | None, rc: int | None 
     gpu = result.get("gpu_memory_gib") if result else None
     rank = int(result["rank"]) if result else probe["rank"]
     why = probe["rank_why"] if rank == probe["rank"] else \
-        f"chosen by the caller: stage {stage_of(probe, rank) + 1} of {probe['stages']}; the estimate's own pick is rank {probe['rank']}"
+        (f"chosen by the caller: stage {stage_of(probe, rank) + 1} of {probe['stages']}; the estimate's own pick "
+         f"is rank {probe['rank']}")
     rep: dict[str, Any] = {"recipe": recipe, "rank": rank,
                            "world_size": probe["world_size"], "rank_why": why,
                            "findings": findings(probe, gpu, rank), "estimate": probe["estimate"],
