@@ -18,6 +18,7 @@ import jinja2
 from mocompile import __version__
 from mocompile.emit import header, python_recipe
 from mocompile.ir import Document, Plan
+from mocompile.memory import full_attention_layers
 from mocompile.project import find_root
 from mocompile.resolve import mounts
 from mocompile.textsafe import visible
@@ -238,7 +239,17 @@ def requirements(plan: Plan) -> dict[str, Any]:
             if backend == "hybridep" else None,
             "needs_apex": bool(plan["gradient_accumulation_fusion"]),  # on only with TE and Apex (parallelism.py)
             # Megatron-Core 0.16+ builds Muon from emerging-optimizers >= 0.2 (optimizer/__init__.py)
-            **({"emerging_optimizers": "0.2.0"} if plan.get("optimizer") == "muon" else {})}
+            **({"emerging_optimizers": "0.2.0"} if plan.get("optimizer") == "muon" else {}),
+            # RUN017: a hybrid model's Gated DeltaNet layers come from fla (flash-linear-attention)
+            **({"gated_delta_net_layers": n} if (n := gated_delta_net_layers(plan)) else {})}
+
+
+def gated_delta_net_layers(plan: Plan) -> int:
+    """How many decoder layers Megatron-Core builds as Gated DeltaNet, from fla's kernels (preflight RUN017):
+    the layers of a hybrid model (``attention: hybrid`` with ``linear_attention_freq``) that are not full
+    attention (memory.full_attention_layers); 0 for every other model."""
+    m = plan.model
+    return int(m["num_layers"]) - full_attention_layers(m)
 
 
 def _hf_config(plan: Plan) -> str | None:
@@ -304,7 +315,7 @@ def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
         **common, required_env=req["env"], torch_min=req["torch"], te_min=req["transformer_engine"],
         dispatch_import=tuple(req["dispatch_import"]) if req["dispatch_import"] else None,
         needs_nvcc=req["needs_nvcc"], nccl_ep=req["nccl_ep"], needs_apex=req["needs_apex"],
-        emerging_min=req.get("emerging_optimizers"),
+        emerging_min=req.get("emerging_optimizers"), fla_gdn=bool(req.get("gated_delta_net_layers")),
         hybridep_probe=req["hybridep_probe"], io=preflight_io(plan), hf_config=_hf_config(plan),
         vendored=model_config(plan), hub_reads=hub_reads(plan)),
         source, ih, shebang="#!/usr/bin/env bash")
