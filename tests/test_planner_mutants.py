@@ -1144,11 +1144,11 @@ def test_dispatcher_buffers():
 
 
 def test_cuda_graph_buffers():
-    """Full-iteration graphs: a quarter of the activations more. Scoped TE graphs: 4 hidden-sized bf16 tensors per
+    """Full-iteration graphs: 0.35 of the activations more. Scoped TE graphs: 4 hidden-sized bf16 tensors per
     token for the MoE scopes (moe_*), a fifth of that for attention, per layer on the rank, per instance (2 under
     EP overlap)."""
     est = memory.Estimator(TOY, mem_cfg())
-    assert est._graphs("full_iteration", 1000.0, 4, False, 512) == 250.0
+    assert est._graphs("full_iteration", 1000.0, 4, False, 512) == pytest.approx(350.0)
     assert est._graphs("none", 1000.0, 4, True, 512) == 0.0
     # Megatron's own per-layer graphs (impl local) keep static buffers the same way
     assert est._graphs("local", 1000.0, 4, False, 512) == 4 * 1 * 4 * 1 * 512 * 1024 * 2
