@@ -56,9 +56,10 @@ def collect(calls: list[Path]) -> list[dict]:
             result = files / f"{name}.json"
             row = {"recipe": name, "call": call.name}
             if result.exists():
-                if result.read_bytes() in seen:  # a later call's archive may carry an earlier call's files
+                raw = result.read_bytes()
+                if raw in seen:  # a later call's archive may carry an earlier call's files
                     continue
-                seen.add(result.read_bytes())
+                seen.add(raw)
                 data = rankprobe.read_result(str(result))
                 rep = rankprobe.report(data["spec"], data)
                 row.update(rank=data["rank"], world_size=data["world_size"],

@@ -175,6 +175,11 @@ def _gdn_act_bytes(m: dict[str, Any], modules: list[str] | tuple[str, ...]) -> f
     return norm + in_proj_out + l2norm + kernel_in + gates + out
 
 
+def _moe_share(m: dict[str, Any]) -> float:
+    """The share of the model's decoder layers that are MoE layers (the first ``first_k_dense`` are dense)."""
+    return (m["num_layers"] - m.get("first_k_dense", 0)) / m["num_layers"]
+
+
 def _act_bytes_per_token(m: dict[str, Any], force_balance: Any, modules: list[str] | tuple[str, ...],
                          full: bool, glu_fused: bool = True) -> float:
     """Bytes kept for backward per local token per layer (averaged over dense/MoE layers, over a hybrid model's
@@ -220,7 +225,7 @@ def _act_bytes_per_token(m: dict[str, Any], force_balance: Any, modules: list[st
     dense = 2 * h + (6 + 4 * unfused) * m["ffn_hidden_size"]
     if "mlp" in modules:
         dense = 2 * h
-    frac_moe = (m["num_layers"] - m.get("first_k_dense", 0)) / m["num_layers"]
+    frac_moe = _moe_share(m)
     return attn + frac_moe * moe + (1 - frac_moe) * dense
 
 
@@ -252,8 +257,7 @@ def offloaded_bytes_per_token(m: dict[str, Any], force_balance: Any, offload: tu
         routed = m["moe_router_topk"] * (1.0 if force_balance else ROUTING_IMBALANCE)
         moe += routed * 2 * h if "expert_fc1" in offload else 0.0
         moe += routed * 4 * m["moe_ffn_hidden_size"] if "moe_act" in offload and "moe_act" not in modules else 0.0
-    frac_moe = (m["num_layers"] - m.get("first_k_dense", 0)) / m["num_layers"]
-    return attn + mlp + frac_moe * moe
+    return attn + mlp + _moe_share(m) * moe
 
 
 def _layer_microbatches(chunks: tuple[float, ...], pp: int, forwards: int) -> float:
@@ -305,6 +309,10 @@ class Estimator:
         self.force_balance = c.get("moe_router_force_load_balancing")
         self.impl = c.get("transformer_impl")
         self.fp8, self.fp4 = c.get("fp8"), c.get("fp4")
+        # bytes per element of a GEMM input Transformer Engine keeps for the weight gradient: bf16 2, or the
+        # low-precision copy an FP8 (1) or FP4 (~0.5) recipe made for the GEMM
+        low = self.impl == "transformer_engine" and (self.fp8 or self.fp4)
+        self.saved_input_bytes = (0.5 if self.fp4 else 1.0) if low else 2.0
         self.nvlink_domain = c.get("nvlink_domain", 8)
         # the scopes of ``c`` (the final plan's); a search passes each candidate's own (``graph_scopes`` below)
         self.graph_scopes = tuple(c.get("cuda_graph_modules") or c.get("cuda_graph_scope") or ())
@@ -456,10 +464,7 @@ class Estimator:
             if groups > 1 and m["num_attention_heads"] > m["num_query_groups"]:
                 extra += 2 * m["num_attention_heads"] * m["kv_channels"]
         if shared and tp > 1 and m.get("shared_expert_size") and not {"moe", "shared_experts"} & set(modules):
-            mk = self._kind_model(kind)
-            frac_moe = (mk["num_layers"] - mk.get("first_k_dense", 0)) / mk["num_layers"]
-            elt = 2.0 if not (self.fp8 or self.fp4) or self.impl != "transformer_engine" else (0.5 if self.fp4 else 1.0)
-            extra += frac_moe * elt * m["hidden_size"] * (tp - 1)
+            extra += _moe_share(self._kind_model(kind)) * self.saved_input_bytes * m["hidden_size"] * (tp - 1)
         return extra
 
     def _low_precision_saving(self, kind: str, modules: tuple[str, ...]) -> float:
@@ -475,25 +480,31 @@ class Estimator:
         (FP8 current scaling vs bf16, the same plans): counting linear_proj's copy as a saving put DeepSeek-V3,
         GPT-OSS-120B and Qwen3-235B-A22B 2.3-2.7 GiB under their measured peaks."""
         m = self.m
-        lp = 0.5 if self.fp4 else 1.0      # bytes per element of the low-precision copy
+        lp = self.saved_input_bytes        # bytes per element of the low-precision copy
         freed = 2.0 - lp                   # where the bf16 tensor is released
         h, ffn = m["hidden_size"], m["moe_ffn_hidden_size"]
         saving = 0.0 if "layernorm" in modules else freed * h
         if self.fp8 == "delayed" and not self.fp4:
             saving -= lp * m["num_attention_heads"] * m["kv_channels"]
         if "moe" not in modules:
-            mk = self._kind_model(kind)
-            frac_moe = (mk["num_layers"] - mk.get("first_k_dense", 0)) / mk["num_layers"]
-            routed = m["moe_router_topk"] * (1.0 if self.force_balance else ROUTING_IMBALANCE) * frac_moe
+            routed = m["moe_router_topk"] * (1.0 if self.force_balance else ROUTING_IMBALANCE) \
+                * _moe_share(self._kind_model(kind))
             saving += routed * freed * (h + (0.0 if "moe_act" in modules else ffn))
         return saving
+
+    def _acts_key(self, tp: int, pp: int, vpp: int, cp: int, granularity: Any, modules: tuple[str, ...],
+                  overlap: bool, shared: bool | None) -> tuple[Any, ...]:
+        """``_acts_of``'s cache key (dp and layers_rank follow from it), also the key of ``peak_stage``; ``shared``
+        None resolves to this estimator's own moe_shared_expert_overlap."""
+        return (tp, pp, vpp, cp, granularity, modules, overlap,
+                self.shared_overlap if shared is None else bool(shared))
 
     def _acts_of(self, tp: int, pp: int, vpp: int, cp: int, dp: int, layers_rank: int, granularity: Any,
                  modules: tuple[str, ...], overlap: bool, shared: bool | None = None) -> tuple[float, ...]:
         """``shared``: the candidate's moe_shared_expert_overlap (None: that of the settings this estimator was
         made from)."""
-        shared = self.shared_overlap if shared is None else bool(shared)
-        key = (tp, pp, vpp, cp, granularity, modules, overlap, shared)   # dp and layers_rank follow from these
+        key = self._acts_key(tp, pp, vpp, cp, granularity, modules, overlap, shared)
+        shared = key[-1]
         hit = self._acts.get(key)
         if hit is not None:
             return hit
@@ -639,7 +650,6 @@ class Estimator:
         made from)."""
         allocated, total, weights, acts, logits, buffers, graphs, dense, experts, in_flight, step_extra = self._parts(
             tp, pp, vpp, ep, etp, cp, granularity, modules, overlap, backend, ranks, graph_impl, graph_scopes, shared)
-        shared = self.shared_overlap if shared is None else bool(shared)
         return {
             # Peak of PyTorch's allocator (comparable to torch.cuda.max_memory_allocated).
             "estimate_gib": round(allocated / GIB, 2),
@@ -658,7 +668,7 @@ class Estimator:
             "params_per_gpu_m": round((dense + experts) / 1e6, 1),
             "in_flight_microbatches": round(in_flight, 2),
             # the pipeline stage this estimate is of: the most-loaded one unless ``memory_stage`` named one
-            "stage": self.peak_stage.get((tp, pp, vpp, cp, granularity, modules, overlap, shared), 0),
+            "stage": self.peak_stage.get(self._acts_key(tp, pp, vpp, cp, granularity, modules, overlap, shared), 0),
             # pinned host memory per GPU: the offloaded optimizer share and the offloaded activations (MEM003)
             "host_gib": round(self._host(tp, pp, vpp, ep, etp, cp, granularity, modules, dense, experts, in_flight) / GIB, 2),
         }

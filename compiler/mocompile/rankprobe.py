@@ -122,12 +122,11 @@ def spec(plan: Plan) -> dict[str, Any]:
     m = int(plan.get("num_microbatches") or 1)
     m_probe = probe_microbatches(plan)
     subs = _substitutions(plan, m, m_probe)
-    est_probe = memory.estimate(plan.model, _settings(plan, subs))
-    stage, why = most_loaded_stage(plan, est_probe)
+    probed = _settings(plan, subs)
+    stage, why = most_loaded_stage(plan, memory.estimate(plan.model, probed))
     # the estimate of the probed rank itself (the planner's adds the heaviest rank's weights to the heaviest rank's
     # activations, which may be two ranks)
     est_plan = memory.estimate(plan.model, dict(plan.values(), memory_stage=stage))
-    probed = _settings(plan, subs)
     est_probe = memory.estimate(plan.model, dict(probed, memory_stage=stage))
     # every stage's estimate, so that a rank picked by MOCOMPILE_RANK_PROBE_RANK is compared with its own stage's
     by_stage = [est_probe["estimate_gib"] if s == stage else
