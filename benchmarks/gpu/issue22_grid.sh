@@ -61,14 +61,25 @@ declare -A SETS=(
   [a2a-on-graphs]="--set moe.dispatcher=alltoall --set moe.overlap=true --set recompute.granularity=none --set cuda_graphs.impl=transformer_engine --set cuda_graphs.modules=[moe_router,moe_preprocess]"
 )
 DEFAULTS="--set recompute.granularity=none --set cuda_graphs.impl=none"   # overridden by the plan's own words
+# Plans on their own base and layout (the 4-GPU pipeline plan of the grid): PLAN_BASE replaces BASE, PLAN_COMMON COMMON
+declare -A PLAN_BASE=([pp2vpp2-on]=recipes/bench/bench-te-mid-auto.yaml [pp2vpp2-off]=recipes/bench/bench-te-mid-auto.yaml)
+declare -A PLAN_COMMON=(
+  [pp2vpp2-on]="--set parallelism.tp=1 --set parallelism.pp=2 --set parallelism.vpp=2 --set parallelism.ep=2 --set moe.delay_wgrad=false --set profile=null --set moe.dispatcher=alltoall --set moe.overlap=true"
+  [pp2vpp2-off]="--set parallelism.tp=1 --set parallelism.pp=2 --set parallelism.vpp=2 --set parallelism.ep=2 --set moe.delay_wgrad=false --set profile=null --set moe.dispatcher=alltoall --set moe.overlap=false"
+)
+SETS[pp2vpp2-on]=""
+SETS[pp2vpp2-off]=""
+SETS[auto]=""                                  # the planner's own plan: nothing pinned but the run's length
+PLAN_COMMON[auto]="--set profile=null"
 
 plan_dir() {  # PLAN det|time -> GEN/<name> (compiled on demand)
   local plan="$1" mode="$2" name det iters
   if [[ "${mode}" == det ]]; then name="i22-${plan}-det"; det=true; iters="${DET_ITERS}"
   else name="i22-${plan}"; det=false; iters="${TIME_ITERS}"; fi
   if [[ ! -f "${GEN}/${name}/torchrun.sh" ]]; then
+    local defaults="${DEFAULTS}"; [[ "${plan}" == auto ]] && defaults=""
     # shellcheck disable=SC2086  # the sets are lists of --set words by design
-    mc compile "${BASE}" ${COMMON} ${DEFAULTS} ${SETS[${plan}]} --set "training.deterministic=${det}" \
+    mc compile "${PLAN_BASE[${plan}]:-${BASE}}" ${PLAN_COMMON[${plan}]:-${COMMON}} ${defaults} ${SETS[${plan}]} --set "training.deterministic=${det}" \
       --set "training.train_iters=${iters}" --set "name=${name}" -o "${GEN}" --force > "${W}/compile-${name}.log" 2>&1 \
       || { cat "${W}/compile-${name}.log" >&2; return 1; }
   fi
@@ -108,7 +119,8 @@ for phase in "$@"; do
     compile)  # every launcher the other phases use, into GEN (here or on the host), nothing run
       mc compile recipes/bench/bench-te-tiny-real-det.yaml -o "${GEN}" --force > "${W}/compile-resume.log" 2>&1 || cat "${W}/compile-resume.log"
       for plan in ${DET_PLANS}; do plan_dir "${plan}" det > /dev/null; done
-      for plan in ${TIME_PLANS}; do plan_dir "${plan}" time > /dev/null; done
+      for plan in ${TIME_PLANS} ${SLOT4_PLANS:-}; do plan_dir "${plan}" time > /dev/null; done
+      for plan in ${SLOT_DET_PLANS:-}; do plan_dir "${plan}" det > /dev/null; done
       say "compiled into ${GEN}: $(find "${GEN}" -mindepth 1 -maxdepth 1 -printf '%f ')"
       ;;
     setup)
@@ -206,6 +218,63 @@ PY
           run_plan "${gen}" "time-${plan}-r${round}"
         done
       done
+      ;;
+    slots)  # 4-GPU host as two 2-GPU slots: TIME_ROUNDS interleaved rounds of TIME_PLANS (2 GPUs each) and
+            # SLOT4_PLANS (4 GPUs, once per round, waits for both slots), then DET_PLANS deterministic (2 GPUs), all
+            # through benchmarks/gpu/issue22_slots.py started in its own session, so it runs on between device calls;
+            # no run starts after SLOTS_BUDGET s from here; runs already in DONE (a folder) are skipped
+      # the slots read frozen copies: a later device call re-copies the working tree under running jobs
+      F=/tmp/i22/frozen
+      rm -rf "${F}"; mkdir -p "${F}"
+      cp -r benchmarks/gpu/benchsite benchmarks/gpu/issue22_slots.py "${F}/"
+      jobs="${W}/jobs.json"
+      : > "${W}/jobs.txt"
+      add() {  # TAG PLAN MODE GPUS
+        local gen; gen="$(plan_dir "$2" "$3")" || exit 5
+        [[ -d "${F}/gen/$(basename "${gen}")" ]] || { mkdir -p "${F}/gen"; cp -r "${gen}" "${F}/gen/"; }
+        echo "$1 ${F}/gen/$(basename "${gen}") $4" >> "${W}/jobs.txt"
+      }
+      read -r -a plans <<< "${TIME_PLANS}"
+      n=${#plans[@]}
+      rounds="${TIME_ROUNDS:-3}"
+      # 4-GPU plans first (SLOT4_FIRST=1, default): one wait for both slots instead of one per round
+      if [[ "${SLOT4_FIRST:-1}" == 1 ]]; then
+        for round in $(seq 1 "${rounds}"); do for plan in ${SLOT4_PLANS:-}; do add "time-${plan}-r${round}" "${plan}" time 4; done; done
+      fi
+      for round in $(seq 1 "${rounds}"); do
+        for k in $(seq 0 $((n - 1))); do
+          plan="${plans[$(( (k + round - 1) % n ))]}"
+          add "time-${plan}-r${round}" "${plan}" time 2
+        done
+        if [[ "${SLOT4_FIRST:-1}" != 1 ]]; then for plan in ${SLOT4_PLANS:-}; do add "time-${plan}-r${round}" "${plan}" time 4; done; fi
+      done
+      for plan in ${SLOT_DET_PLANS:-}; do add "det-${plan}" "${plan}" det 2; done
+      python3 - "${W}/jobs.txt" "${jobs}" <<'PY'
+import json, sys
+jobs = []
+for line in open(sys.argv[1]):
+    tag, gen, gpus = line.split()
+    jobs.append({"tag": tag, "gen": gen, "gpus": int(gpus), "group": "hybridep" if "hybridep" in tag else ""})
+json.dump(jobs, open(sys.argv[2], "w"), indent=1)
+print(f"issue22: {len(jobs)} jobs queued")
+PY
+      (setsid nohup nvidia-smi --query-gpu=timestamp,index,utilization.gpu,clocks.sm,clocks.mem,power.draw,temperature.gpu \
+        --format=csv -lms 1000 > "${W}/smi.csv" 2>/dev/null &)
+      # shellcheck disable=SC2086  # DONE is one optional folder
+      (setsid nohup python3 "${F}/issue22_slots.py" "${jobs}" --work "${W}" \
+        --deadline "$(( $(date +%s) + ${SLOTS_BUDGET:-1400} ))" --timeout "${RUN_TIMEOUT:-300}" \
+        ${DONE:+--done "${DONE}"} > "${W}/slots.log" 2>&1 &)
+      say "slots started"
+      ;;
+    wait)   # follow the slots' log until they are done or CALL_END s into this call, packing results as they come
+      shown=0
+      while [[ ! -f "${W}/slots.done" ]] && (( SECONDS - t0 < ${CALL_END:-570} )); do
+        sleep 10
+        lines=$(wc -l < "${W}/slots.log" 2>/dev/null || echo 0)
+        if (( lines > shown )); then sed -n "$((shown + 1)),${lines}p" "${W}/slots.log" | grep "^issue22:"; shown=${lines}; keep; fi
+      done
+      if [[ -f "${W}/slots.done" ]]; then say "slots done"; else say "slots still running"; fi
+      keep
       ;;
     *) echo "unknown phase ${phase}" >&2; exit 2 ;;
   esac
