@@ -267,6 +267,8 @@ PY
       say "slots started"
       ;;
     wait)   # follow the slots' log until they are done or CALL_END s into this call, packing results as they come
+      # a fresh machine (the last one went back) has no slots: say so at once rather than wait out CALL_END
+      if [[ ! -f "${W}/slots.log" ]]; then say "no slots on this machine (a fresh one?): nothing to wait for"; keep; exit 6; fi
       shown=0
       while [[ ! -f "${W}/slots.done" ]] && (( SECONDS - t0 < ${CALL_END:-570} )); do
         sleep 10

@@ -23,6 +23,7 @@ import json
 import os
 import random
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -55,6 +56,20 @@ class Running:
     overlapped: set[str] = field(default_factory=set)
 
 
+def _free_port() -> int:
+    """A port torchrun's store can listen on, below Linux's ephemeral range (32768-60999): a random port
+    inside that range collided with a neighbour job's NCCL socket once (EADDRINUSE, time-hybridep-on-r3)."""
+    for _ in range(100):
+        port = 20000 + random.randrange(12000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-31999")
+
+
 def _done(tag: str, work: Path, done_dirs: list[Path]) -> bool:
     return any((d / f"{tag}.jsonl").is_file() and (d / f"{tag}.jsonl").stat().st_size > 0
                for d in [work, *done_dirs])
@@ -69,7 +84,7 @@ def _start(job: dict, slots: list[Slot], work: Path, timeout: int, running: list
     env = dict(os.environ)
     env.update({
         "CUDA_VISIBLE_DEVICES": ",".join(s.gpus for s in slots),
-        "MASTER_PORT": str(20000 + random.randrange(20000)),
+        "MASTER_PORT": str(_free_port()),
         "PYTHONPATH": f"{BENCHSITE}:{env.get('PYTHONPATH', '')}",
         "MOCOMPILE_BENCH_RANKSTATS": str(run_dir / "rankstats"),
         "MOCOMPILE_BENCH_AFFINITY": "1",
