@@ -24,6 +24,11 @@
 # Launchers come from GEN/<name>/ when compiled there beforehand, else they are compiled on the host with this
 # checkout's compiler into /tmp/i22/gen (names i22-<plan>-det and i22-<plan>). Every run goes through the generated
 # torchrun.sh, unmodified, with MOCOMPILE_METRICS and benchsite/sitecustomize.py (per-rank peak memory, CPU shares).
+#   slots       4-GPU host as two 2-GPU slots (benchmarks/gpu/issue22_slots.py, started in its own session so it runs on
+#               between device calls): SLOT4_PLANS (4 GPUs) first, TIME_ROUNDS rounds of TIME_PLANS, SLOT_DET_PLANS
+#               deterministic, no start after SLOTS_BUDGET s; `wait` follows it until CALL_END s into a call (exit 6 at
+#               once on a machine without it). Table: benchmarks/gpu/slots_report.py. Plans pp2vpp2-on/-off are the
+#               16-layer model at PP2 x VPP2 x EP2 (4 GPUs); `auto` pins nothing.
 # `compile` writes every launcher into GEN and runs nothing (COMPILER: the compiler folder, MC_PYTHON: an interpreter
 # with mocompile's dependencies, e.g. GEN=benchmarks/gpu/work-issue22/gen MC_PYTHON=.venv/bin/python OUT=/tmp/c ... compile).
 # Usage (repo root on the host; carry .te .whl .mcdeps and .deepep or .deepep-src):
