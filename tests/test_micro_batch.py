@@ -95,3 +95,20 @@ def test_the_plan_cache_keeps_each_micro_batch_apart(tmp_path):
         lock = json.loads((tmp_path / "generated" / "bench-te-mid2-auto" / "mocompile.lock.json").read_text())
         locks.append((lock["settings"]["micro_batch_size"], lock["estimate"]["chosen"]))
     assert locks[0] == locks[1] and locks[0][0]["value"] == 8
+
+
+def test_under_the_memory_ladder_the_size_emitted_is_the_one_the_chosen_rungs_plan_was_searched_at(tmp_path):
+    """DeepSeek-V3 on 64 H100s fits only with a memory lever; each rung searches every micro-batch size, and
+    the fastest fitting rung (optimizer offload) wins at micro-batch 4. A later rung that fits at no size (FSDP)
+    had left 1 and "does not fit" everywhere in the setting while the plan was the rung's at 4: the launcher
+    would have run another plan than the one predicted."""
+    path = tmp_path / "r.yaml"
+    path.write_text("schema: 1\nname: r\nmodel: deepseek-v3\nhardware: {gpu: h100, nodes: 8}\ngoal: throughput\n"
+                    "training: {seq_length: 4096, micro_batch_size: auto, global_batch_size: 1024}\n")
+    plan = analyse(str(path)).plan
+    d = plan.settings["micro_batch_size"]
+    steps = _listed(d.reason)
+    assert plan["optimizer_offload_fraction"] > 0  # the ladder's rung, not the plain search, chose the plan
+    assert steps[d.value] == round(plan.planner["chosen"]["step_time_s"], 3)
+    pinned = analyse(str(path), [f"training.micro_batch_size={d.value}"]).plan
+    assert pinned.planner["chosen"]["plan"] == plan.planner["chosen"]["plan"]

@@ -205,25 +205,29 @@ def climb_levers(ctx: Context, res: SearchResult) -> SearchResult:
     if res.winner.fits and not res.winner.broken:
         return res
     base_state, base_gib, tried = ctx["optimizer_state"], res.winner.mem["total_gib"], []
-    found: list[tuple[Lever, SearchResult]] = []
+    found: list[tuple[Lever, SearchResult, tuple[Any, Any]]] = []
     for rung in lever_rungs(ctx):
         kind = _lever_kind(ctx, rung)
-        if any(_lever_kind(ctx, r) == kind for r, _ in found):
+        if any(_lever_kind(ctx, r) == kind for r, _, _ in found):
             continue  # this lever already fits at a lighter rung
         with lever_trial(ctx, *rung):
             trial = micro_batch(ctx) or search(ctx)
+        # micro_batch_size auto: each rung's trial sets the size its plan was searched at; the chosen rung's
+        # must be the one emitted, not the last rung tried
+        batch = ctx.s["micro_batch_size"], ctx.by_micro_batch
         w = trial.winner
         host = _host_over(ctx, w.mem)
         tried.append(f"{lever_label(*rung)}: {w.mem['total_gib']:.1f} GiB"
                      + (f", {w.step:.2f} s/step" if w.fits and not w.broken and not host else "")
                      + (f", but {host}" if w.fits and host else ""))
         if w.fits and not w.broken and not host:
-            found.append((rung, trial))
+            found.append((rung, trial, batch))
             if ctx.goal != "throughput":
                 break
     if found:
-        (state, share, fsdp, act), trial = min(found, key=lambda f: f[1].winner.step) \
+        (state, share, fsdp, act), trial, batch = min(found, key=lambda f: f[1].winner.step) \
             if ctx.goal == "throughput" else found[0]
+        ctx.s["micro_batch_size"], ctx.by_micro_batch = batch
         w, ladder = trial.winner, "; ".join(tried)
         how = "the fastest rung that fits" if ctx.goal == "throughput" else "the first rung that fits"
         ctx.set("optimizer_state", state, "goal",
