@@ -515,3 +515,34 @@ def test_nvfp4_recipes_are_tuned_like_the_per_tensor_fp8_ones_not_like_mxfp8():
     assert pairs >= 10 and near["fp8-cs"] * 4 < near["mxfp8"], (pairs, near)
     d = reference._precision_distance
     assert d("nvfp4", "fp8-cs") < d("nvfp4", "mxfp8")
+
+
+def _recompute_and_graph_pins(p) -> list[str]:
+    """auto's recompute rung and graph scope written back as the user would pin them."""
+    gran = p["recompute_granularity"] or "none"
+    if gran == "selective":
+        rc = f"recompute: {{granularity: selective, modules: [{', '.join(p['recompute_modules'])}]}}\n"
+    elif gran == "full":
+        rc = (f"recompute: {{granularity: full, method: {p['recompute_method']}, "
+              f"num_layers: {p['recompute_num_layers']}}}\n")
+    else:
+        rc = "recompute: {granularity: none}\n"
+    mods = p["cuda_graph_modules"] or []
+    scopes = f", modules: [{', '.join(mods)}]" if mods else ""
+    graphs = f"cuda_graphs: {{impl: {p['cuda_graph_impl'] or 'none'}{scopes}}}\n"
+    return [rc, graphs]
+
+
+# Intents where, before recompute and graph pins joined the free search (search.HIDDEN_PINS), pinning auto's own
+# recompute rung or graph scope moved the plan: the pin narrowed the space the documented defaults are drawn from.
+@pytest.mark.parametrize("model,gpu,nodes", [("qwen3-235b-a22b", "h100", 2), ("gpt-oss-120b", "b200", 32),
+                                             ("deepseek-v3", "h100", 32), ("qwen3-235b-a22b", "gb200", 2)])
+def test_pinning_auto_s_recompute_rung_or_graph_scope_returns_the_same_plan(tmp_path, model, gpu, nodes):
+    every = {a["recipe"] for a in search.anchors()}
+    base = (f"schema: 1\nname: r\nmodel: {model}\nhardware: {{gpu: {gpu}, nodes: {nodes}}}\ngoal: throughput\n"
+            "training: {seq_length: 4096, micro_batch_size: auto, global_batch_size: 1024}\n")
+    p = analyse_text(tmp_path, base, every)
+    for pin in _recompute_and_graph_pins(p):
+        pinned = _planner(base + pin, tmp_path, every)
+        assert pinned["chosen"]["plan"] == p.planner["chosen"]["plan"], pin
+        assert pinned["chosen"]["step_time_s"] == p.planner["chosen"]["step_time_s"]

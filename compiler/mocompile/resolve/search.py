@@ -728,10 +728,13 @@ def search(ctx: Context) -> SearchResult:
 # Pins of the knobs the search itself sets: a pin that only repeats what `auto` chooses must change nothing.
 KNOB_PINS = tuple(("parallelism", k) for k in ("tp", "pp", "vpp", "ep", "etp", "cp")) + \
     (("moe", "dispatcher"), ("moe", "overlap"), ("moe", "delay_wgrad"))
+# pins that select a recompute rung or a graph scope rather than a Candidate field's value
+SPACE_PINS = (("recompute", "granularity"), ("recompute", "modules"), ("cuda_graphs", "impl"), ("cuda_graphs", "modules"))
+HIDDEN_PINS = KNOB_PINS + SPACE_PINS
 
 
 class _KnobPinsHidden:
-    """The context as the search would see it had the user left the knobs of ``KNOB_PINS`` ``auto``."""
+    """The context as the search would see it had the user left the knobs of ``HIDDEN_PINS`` ``auto``."""
 
     def __init__(self, ctx: Context):
         self._ctx = ctx
@@ -743,20 +746,36 @@ class _KnobPinsHidden:
         return self._ctx[key]
 
     def explicit(self, *path: str) -> bool:
-        return tuple(path) not in KNOB_PINS and self._ctx.explicit(*path)
+        return tuple(path) not in HIDDEN_PINS and self._ctx.explicit(*path)
 
     def pinned(self, *path: str) -> Any:
-        return None if tuple(path) in KNOB_PINS else self._ctx.pinned(*path)
+        return None if tuple(path) in HIDDEN_PINS else self._ctx.pinned(*path)
 
 
 def _meets_pins(ctx: Context, cand: Candidate) -> bool:
-    """Does ``cand`` already have every knob value the user pinned?"""
+    """Does ``cand`` already have every knob value the user pinned? Its recompute rung and graph scope must lie
+    in the space the pins leave (``_rungs``, ``_graph_options``), selective modules in any order."""
     for section, knob in KNOB_PINS:
         value = _pin(ctx, section, knob)
         if value is None:
             continue
         have = getattr(cand, knob)
         if (bool(value) != have) if knob in ("overlap", "delay_wgrad") else (value != have):
+            return False
+
+    def unordered(rung: Any) -> tuple[Any, ...]:
+        return (rung[0], frozenset(rung[1] or ()), *rung[2:])
+
+    if any(_pin(ctx, *p) is not None for p in SPACE_PINS[:2]) and \
+            unordered(cand.recompute) not in {unordered(r) for r in _rungs(ctx, cand.overlap)}:
+        return False
+    if any(_pin(ctx, *p) is not None for p in SPACE_PINS[2:]):
+        if cand.graphs not in _graph_options(ctx):
+            return False
+        mods = _pin(ctx, "cuda_graphs", "modules")
+        free = _graph_modules(_KnobPinsHidden(ctx), cand.graphs)  # type: ignore[arg-type]
+        if mods is not None and set(mods) != set(free) or _graph_impl(ctx, cand.graphs) != \
+                _graph_impl(_KnobPinsHidden(ctx), cand.graphs):  # type: ignore[arg-type]
             return False
     return True
 
@@ -767,11 +786,15 @@ def _search(ctx: Context) -> SearchResult:
     only repeats ``auto``'s choice could change the plan: it narrows the space the reference plan (the nearest
     recipe or the documented defaults) is drawn from, so the decision against the reference moves."""
     res = _search_pinned(ctx)
-    if ctx.goal != "throughput" or res.anchor is not None or not any(_pin(ctx, *p) is not None for p in KNOB_PINS):
+    if ctx.goal != "throughput" or res.anchor is not None or not any(_pin(ctx, *p) is not None for p in HIDDEN_PINS):
         return res
     free = _search_pinned(_KnobPinsHidden(ctx))  # type: ignore[arg-type]
     if free.anchor is None and _meets_pins(ctx, free.winner.cand) and not free.winner.broken:
         free.scored += res.scored
+        # runners-up the user can run: the free search's that keep every pin, then the pinned search's
+        keep = [r for r in free.runners_up if _meets_pins(ctx, r.cand)]
+        keep += [r for r in res.runners_up if r.cand != free.winner.cand and r.cand not in {k.cand for k in keep}]
+        free.runners_up = keep[:3]
         return free
     return res
 
