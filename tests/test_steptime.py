@@ -21,7 +21,8 @@ EASY = dict(steptime.constants(), gemm_efficiency=1.0, gemm_half_rows=0.0, atten
             natural_imbalance=1.5, overlap_hide=1.0, delay_wgrad_hide=0.0, nccl_a2a_efficiency=1.0,
             overlap_host_factor=1.0, fp8_quant_bytes=0.0, fp8_tensor_quant_bytes=0.0,  # quantisation: own tests
             fp8_block_quant_bytes=0.0,
-            host_s_per_expert=0.0, overlap_sync_s=0.0)      # per-expert host time, overlap waits: their own tests
+            host_s_per_expert=0.0, overlap_sync_s=0.0,      # per-expert host time, overlap waits: their own tests
+            probe_reference_a2a_share=1.0)                  # NCCL inside a node at its measured share: own test
 
 
 def hw(**over):
@@ -523,8 +524,9 @@ def test_muon_gathers_updated_weights_only_over_groups_larger_than_one():
     assert both - none == pytest.approx(experts * 2.0 * 1 / 2 / (450e9 * steptime.COLLECTIVE_EFFICIENCY))
     _, alone = steptime.muon_seconds(TOY, h, Candidate(tp=2, pp=4, ep=2), 8, EASY)     # DP 1, EDP 1
     assert alone == 0.0
-    # across nodes the gather runs at the NIC's bandwidth
-    _, net = steptime.muon_seconds(TOY, hw(gpus_per_node=4), Candidate(tp=1, pp=2, ep=2), 8, EASY)
+    # a pipeline stage (4 GPUs) wider than a node: the gather runs at the NIC's bandwidth (a stage that fits a node
+    # keeps its DP groups on NVLink: Megatron orders ranks tp-cp-ep-dp-pp, steptime._dp_link_gbps)
+    _, net = steptime.muon_seconds(TOY, hw(gpus_per_node=2), Candidate(tp=1, pp=2, ep=2), 8, EASY)
     assert net == pytest.approx(both * 450 / hw()["nic_gbps"])
 
 
