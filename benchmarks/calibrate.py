@@ -348,7 +348,8 @@ def headline(errs: list[float], loo_errs: list[float], ab_errs: list[float]) -> 
     out.append(f"fitted rows only: {len(errs)}; in-sample median |error| {statistics.median(errs):.1%}, worst {max(errs):.1%}"
                + (f"; leave-one-out median {statistics.median(loo_errs):.1%}, worst {max(loo_errs):.1%}" if loo_errs else ""))
     if ab_errs:
-        out.append(f"A/B-only rows only: {len(ab_errs)}; median |error| {statistics.median(ab_errs):.1%}, worst {max(ab_errs):.1%}")
+        out.append(f"A/B-only rows only: {len(ab_errs)}; median |error| {statistics.median(ab_errs):.1%}, "
+                   f"worst {max(ab_errs):.1%}")
     return out
 
 
