@@ -35,8 +35,7 @@ EASY = dict(steptime.constants(), gemm_efficiency=1.0, gemm_half_rows=0.0, atten
             natural_imbalance=1.5, overlap_hide=1.0, delay_wgrad_hide=0.0, nccl_a2a_efficiency=1.0,
             overlap_host_factor=1.0, fp8_quant_bytes=0.0, fp8_tensor_quant_bytes=0.0, local_spec_factor=1.0, fp8_gain=2.0,
             flex_efficiency=1.0,
-            host_s_per_expert=0.0, delay_wgrad_host=0.0, overlap_sync_s=0.0,  # (constants of a later model)
-            probe_reference_a2a_share=1.0)  # NCCL all-to-all inside a node at its measured share: test_steptime_issue19_terms
+            host_s_per_expert=0.0, delay_wgrad_host=0.0, overlap_sync_s=0.0)  # (constants of a later model)
 COLL = 0.75    # NCCL ring collective efficiency (steptime.COLLECTIVE_EFFICIENCY)
 HBM = 0.7      # share of HBM bandwidth elementwise kernels reach (steptime.HBM_EFFICIENCY)
 

@@ -21,8 +21,7 @@ EASY = dict(steptime.constants(), gemm_efficiency=1.0, gemm_half_rows=0.0, atten
             natural_imbalance=1.5, overlap_hide=1.0, delay_wgrad_hide=0.0, nccl_a2a_efficiency=1.0,
             overlap_host_factor=1.0, fp8_quant_bytes=0.0, fp8_tensor_quant_bytes=0.0,  # quantisation: own tests
             fp8_block_quant_bytes=0.0,
-            host_s_per_expert=0.0, overlap_sync_s=0.0,      # per-expert host time, overlap waits: their own tests
-            probe_reference_a2a_share=1.0)                  # NCCL inside a node at its measured share: own test
+            host_s_per_expert=0.0, overlap_sync_s=0.0)      # per-expert host time, overlap waits: their own tests
 
 
 def hw(**over):

@@ -2,7 +2,6 @@
 
 - TE's grouped GEMM runs up to 4 local experts' GEMMs at once (``grouped_gemm_concurrency``);
 - DP / expert-DP collectives stay on NVLink when a pipeline stage fits a node (``_dp_link_gbps``);
-- NCCL all-to-all inside a node runs at the measured ``probe_reference_a2a_share`` of NVLink, not a fitted share;
 - MLA without a q low-rank projection (Moonlight: HF ``q_lora_rank`` null) projects q straight from the hidden state;
 - calibrate.py's headline counts the A/B-only rows.
 """
@@ -112,39 +111,6 @@ def test_dp_traffic_of_a_node_sized_stage_is_costed_on_nvlink():
     assert inside < across
     h = hw()
     assert steptime._dp_traffic(m, dict(h, nic_gbps=h["nvlink_gbps"]), cand, 16, 4) == pytest.approx(inside)
-
-
-# -- NCCL all-to-all inside a node ------------------------------------------------------------------------------
-
-def test_nccl_alltoall_inside_a_node_runs_at_the_measured_share_of_nvlink():
-    """probe_reference_a2a_share (0.784): NCCL all-to-all inside a Hopper SXM node measured 351-355 of 450 GB/s per GPU
-    (benchmarks/results/issue20-kernels-2026-11-27); the fitted nccl_a2a_efficiency prices the network part only."""
-    m = model("qwen3-30b-a3b")
-    c = dict(steptime.constants(), nccl_latency_s=0.0, nccl_a2a_efficiency=0.5)
-    cand = Candidate(ep=4, dispatcher="alltoall")
-    tokens = 4096
-    k, h = m["moe_router_topk"], m["hidden_size"]
-    t = steptime.a2a_seconds(m, hw(), cand, tokens, c, 1.0)
-    nvl_bytes = tokens * k * 3 / 4 * h * 2.0
-    assert t == pytest.approx(nvl_bytes / (hw()["nvlink_gbps"] * 1e9 * c["probe_reference_a2a_share"]))
-    assert c["probe_reference_a2a_share"] == pytest.approx(0.784)
-
-
-def test_a_cluster_probe_scales_the_measured_nvlink_share():
-    m = model("qwen3-30b-a3b")
-    c = dict(steptime.constants(), nccl_latency_s=0.0)
-    cand = Candidate(ep=4, dispatcher="alltoall")
-    ref = steptime.a2a_seconds(m, hw(), cand, 4096, c, 1.0)
-    assert steptime.a2a_seconds(m, hw(a2a_scale=0.5), cand, 4096, c, 1.0) == pytest.approx(2 * ref)
-
-
-def test_nccl_alltoall_across_nodes_keeps_the_fitted_network_efficiency():
-    m = model("qwen3-30b-a3b")
-    cand = Candidate(ep=16, dispatcher="alltoall")
-    c = dict(steptime.constants(), nccl_latency_s=0.0)
-    slow = steptime.a2a_seconds(m, hw(), cand, 4096, dict(c, nccl_a2a_efficiency=0.5), 1.0)
-    fast = steptime.a2a_seconds(m, hw(), cand, 4096, dict(c, nccl_a2a_efficiency=1.0), 1.0)
-    assert slow == pytest.approx(2 * fast)   # network-bound: 8 of 15 remote copies leave the node
 
 
 # -- MLA without a q low-rank projection ----------------------------------------------------------------------

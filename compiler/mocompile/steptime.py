@@ -13,8 +13,7 @@ Terms, per GPU of the slowest pipeline stage, summed over the step:
   recompute    the forward work the recompute plan replays
   a2a          EP dispatch + combine, forward and backward, split into NVLink and network bytes by
                where the EP group sits; flex backends send a token once per rank / node, alltoall
-               once per expert; each link at the dispatcher's efficiency (NCCL inside a node: the
-               measured ``probe_reference_a2a_share``)
+               once per expert; each link at the dispatcher's efficiency
   overlap      EP overlap hides part of the all-to-all behind the other micro-batch's compute (only
                with >= 2 micro-batches in flight: PP 1 with >= 2 micro-batches, or PP > 1 with VPP),
                and the communication kernels' SMs slow the compute they overlap
@@ -306,10 +305,7 @@ def a2a_seconds(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, tokens: 
         nvl_copies = _distinct(k / nodes, local) * (local - 1) / local * nodes if local > 1 else 0.0
         latency = c["flex_latency_s"]
     else:
-        # NCCL's all-to-all inside a node (or NVL72 domain) runs at the share of the NVLink rate measured on a
-        # reference Hopper SXM node (``probe_reference_a2a_share``, not fitted), times a cluster profile's own
-        # measurement relative to that reference (``a2a_scale``); across nodes at the fitted network efficiency.
-        eff_nvl, eff_net = c["probe_reference_a2a_share"], c["nccl_a2a_efficiency"]
+        eff_nvl = eff_net = c["nccl_a2a_efficiency"]
         nvl_copies = k * (local - 1) / group
         net_copies = k * (group - local) / group
         latency = c["nccl_latency_s"]
