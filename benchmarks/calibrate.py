@@ -10,6 +10,12 @@ Only the constants marked ``fitted: true`` in data/steptime.yaml move. The fit m
 log error of predicted vs measured step time over the rows with ``fit: true`` in
 benchmarks/data/published.yaml (a small Nelder-Mead in log space: no numpy/scipy needed). Leave-one-out:
 each row is predicted by constants fitted without it. A/B pairs (``ab:``/``ab2:``) are checked for sign.
+
+The headline errors cover every row, the A/B-only rows (``fit: false``) included: no constant is fitted on them,
+so their prediction with the committed constants is already out of sample and counts as both their in-sample
+and their leave-one-out error. Each is an absolute error on the row's own measurement; for a row whose batch
+shape was not published (``shape_known: false``) it is the error of its step-time ratio to its A/B partner, which
+ran the same unpublished shape (its absolute time would depend on the shape assumed for it).
 """
 
 from __future__ import annotations
@@ -245,7 +251,7 @@ def report(rows: list[dict[str, Any]], c: dict[str, float], names: list[str], lo
     lines = ["step-time model calibration (mocompile benchmarks/calibrate.py)",
              "fitted constants: " + ", ".join(f"{n}={c[n]:.4g}" for n in names), "",
              f"{'row':<36} {'measured s':>10} {'predicted':>10} {'error':>7} {'LOO pred':>9} {'LOO err':>7}"]
-    errs, loo_errs = [], []
+    errs, loo_errs, ab_errs = [], [], []
     fit_rows = [r for r in rows if r["fit"]]
     for r in rows:
         meas, pred = measured_s(r), predict(r, c)
@@ -260,14 +266,16 @@ def report(rows: list[dict[str, Any]], c: dict[str, float], names: list[str], lo
                 le = lp / meas - 1
                 loo_errs.append(abs(le))
                 loo_txt = f"{lp:>9.3f} {le:>+7.1%}"
+        elif r["shape_known"]:
+            ab_errs.append(abs(err))
+            loo_txt = "   (A/B only: not fitted; counts as is)"
         else:
-            loo_txt = f"{'(A/B only)':>17}"
+            partner, rerr = ab_ratio_error(r, rows, c)
+            ab_errs.append(abs(rerr))
+            loo_txt = f"   (A/B only, shape assumed: counts {rerr:+.1%}, its ratio to {partner})"
         lines.append(f"{r['id']:<36} {meas:>10.3f} {pred:>10.3f} {err:>+7.1%} {loo_txt}")
     lines.append("")
-    lines.append(f"fit rows: {len(errs)}; in-sample median |error| {statistics.median(errs):.1%}, worst {max(errs):.1%}")
-    if loo_errs:
-        lines.append(f"leave-one-out median |error| {statistics.median(loo_errs):.1%}, worst {max(loo_errs):.1%} "
-                     f"(targets: <= 15%, <= 35%)")
+    lines.extend(headline(errs, loo_errs, ab_errs))
     if HOODS:
         wins = sum(all(_pred(a, c) <= _pred(nb, c) * 1.0001 for nb in nbs) for _, a, nbs in HOODS)
         pairs = sum(len(nbs) for _, _, nbs in HOODS)
@@ -301,6 +309,48 @@ def report(rows: list[dict[str, Any]], c: dict[str, float], names: list[str], lo
         lines.append(f"  {d:>5} {len(errs):>5} {rms:>6.3f} {rms / math.sqrt(d):>11.3f} {max(errs):>6.3f}  "
                      f"{1 - (1 - margin) ** math.sqrt(d):>11.1%}")
     return "\n".join(lines)
+
+
+TARGET_MEDIAN, TARGET_WORST = 0.10, 0.25   # issue 19: leave-one-out median <= 10 %, worst <= 25 %, A/B-only rows in
+
+
+def ab_ratio_error(r: dict[str, Any], rows: list[dict[str, Any]], c: dict[str, float]) -> tuple[str, float]:
+    """The error of an A/B-only row whose batch shape was not published: its step time relative to its A/B
+    partner's (the other plan of the same published comparison, run on the same unpublished shape), predicted vs
+    measured. Its absolute time depends on the shape assumed for it; the ratio of the two plans barely does."""
+    for key in ("ab", "ab2"):
+        if key not in r:
+            continue
+        for o in rows:
+            if o is not r and key in o and o[key][0] == r[key][0]:
+                meas = measured_s(r) / measured_s(o)
+                pred = predict(r, c) / predict(o, c)
+                return o["id"], pred / meas - 1
+    raise ValueError(f"{r['id']}: an A/B-only row with an unpublished shape needs an A/B partner")
+
+
+def headline(errs: list[float], loo_errs: list[float], ab_errs: list[float]) -> list[str]:
+    """The headline figures: every row, the A/B-only ones included (their error is out of sample as it stands:
+    nothing is fitted on them, so it counts in-sample and leave-one-out alike), then the fitted rows alone."""
+    out = []
+    every = errs + ab_errs
+    out.append(f"all rows: {len(every)} ({len(errs)} fitted + {len(ab_errs)} A/B-only). No constant is fitted on an "
+               f"A/B-only row, so its error is out of sample as it stands and counts in-sample and leave-one-out alike: "
+               f"its absolute error where its run shape is published, else the error of its step-time ratio to its A/B "
+               f"partner (same unpublished shape; its absolute time would depend on the shape assumed)")
+    out.append(f"  in-sample median |error| {statistics.median(every):.1%}, worst {max(every):.1%}")
+    if loo_errs:
+        loo_every = loo_errs + ab_errs
+        med, worst = statistics.median(loo_every), max(loo_every)
+        out.append(f"  leave-one-out median |error| {med:.1%}, worst {worst:.1%} (targets, issue 19: <= "
+                   f"{TARGET_MEDIAN:.0%}, <= {TARGET_WORST:.0%}: {'met' if med <= TARGET_MEDIAN else 'NOT met'}, "
+                   f"{'met' if worst <= TARGET_WORST else 'NOT met'})")
+    out.append(f"fitted rows only: {len(errs)}; in-sample median |error| {statistics.median(errs):.1%}, worst {max(errs):.1%}"
+               + (f"; leave-one-out median {statistics.median(loo_errs):.1%}, worst {max(loo_errs):.1%}" if loo_errs else ""))
+    if ab_errs:
+        out.append(f"A/B-only rows only: {len(ab_errs)}; median |error| {statistics.median(ab_errs):.1%}, "
+                   f"worst {max(ab_errs):.1%}")
+    return out
 
 
 def ratio_errors_by_distance(rows: list[dict[str, Any]], c: dict[str, float]) -> dict[int, list[float]]:

@@ -95,14 +95,16 @@ def test_distinct_bins_of_one_bin_is_one_once_anything_is_picked():
 
 def test_compute_term_by_hand_with_gemm_efficiency_by_rows_imbalance_and_dense_layers():
     """Every forward piece at its own GEMM efficiency eff * rows / (rows + half): dense GEMMs see the
-    micro-batch's tokens, expert GEMMs the tokens routed to one rank's experts (tokens * k * EP / E)."""
+    micro-batch's tokens, expert GEMMs the tokens routed to one rank's experts (tokens * k * EP / E) times the
+    experts TE's grouped GEMM runs at once (min(4 streams, local experts, SMs / output tiles of one expert's GEMM))."""
     m = dict(TOY, first_k_dense=1, ffn_hidden_size=2048, shared_expert_size=256)
     s, half = 1023, 512.0
     b = Batch(s, 1, 4, force_balance=False)                            # natural routing: imbalance 1.5
     e = est(Candidate(ep=2), b, 2, m, gemm_efficiency=0.8, gemm_half_rows=half, attention_peak_share=0.5)
     e_dense = 0.8 * s / (s + half)
     rows = s * 2 * 2 / 8                                                # 511.5 rows: not rounded down
-    e_expert = 0.8 * rows / (rows + half)
+    at_once = min(4, 8 / 2, 100 / ((rows / 128) * (min(2 * 512, 1024) / 128)))  # 100 SMs / 32 tiles = 3.13
+    e_expert = 0.8 * rows * at_once / (rows * at_once + half)
     f = layer_forward(m, s, s, e_dense=e_dense, e_expert=e_expert, imbalance=1.5, attn_eff=0.5)
     moe = f["attn"] + f["core"] + f["experts"] + f["shared"] + f["elem"]
     dense = f["attn"] + f["core"] + f["dense"] + 0.5 * f["elem"]

@@ -523,8 +523,9 @@ def test_muon_gathers_updated_weights_only_over_groups_larger_than_one():
     assert both - none == pytest.approx(experts * 2.0 * 1 / 2 / (450e9 * steptime.COLLECTIVE_EFFICIENCY))
     _, alone = steptime.muon_seconds(TOY, h, Candidate(tp=2, pp=4, ep=2), 8, EASY)     # DP 1, EDP 1
     assert alone == 0.0
-    # across nodes the gather runs at the NIC's bandwidth
-    _, net = steptime.muon_seconds(TOY, hw(gpus_per_node=4), Candidate(tp=1, pp=2, ep=2), 8, EASY)
+    # a pipeline stage (4 GPUs) wider than a node: the gather runs at the NIC's bandwidth (a stage that fits a node
+    # keeps its DP groups on NVLink: Megatron orders ranks tp-cp-ep-dp-pp, steptime._dp_link_gbps)
+    _, net = steptime.muon_seconds(TOY, hw(gpus_per_node=2), Candidate(tp=1, pp=2, ep=2), 8, EASY)
     assert net == pytest.approx(both * 450 / hw()["nic_gbps"])
 
 

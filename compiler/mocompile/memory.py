@@ -89,8 +89,10 @@ def _full_attention_params(m: dict[str, Any]) -> float:
     h, heads, kv = m["hidden_size"], m["num_attention_heads"], m["kv_channels"]
     if m.get("attention") == "mla":
         q_lora, kv_lora, rope, nope = m.get("q_lora_rank", 1536), m.get("kv_lora_rank", 512), 64, 128
-        return (h * q_lora + q_lora * heads * (nope + rope) + h * (kv_lora + rope)
-                + kv_lora * heads * (nope + kv) + heads * kv * h)
+        # q_lora_rank 0 (HF null: Moonlight, DeepSeek-V2-Lite): MCore's MLA projects q straight from the hidden state
+        # (multi_latent_attention.py: linear_q_proj instead of linear_q_down_proj + linear_q_up_proj)
+        q = h * q_lora + q_lora * heads * (nope + rope) if q_lora else h * heads * (nope + rope)
+        return q + h * (kv_lora + rope) + kv_lora * heads * (nope + kv) + heads * kv * h
     q, kvd = heads * kv, m["num_query_groups"] * kv
     gate = q if m.get("attention_output_gate") else 0
     return h * (q + gate + 2 * kvd) + q * h

@@ -8,7 +8,8 @@ first principles and a handful of constants fitted on published measurements
 Terms, per GPU of the slowest pipeline stage, summed over the step:
   compute      GEMM FLOPs (attention GQA/MLA, dense and expert MLPs, router, logits; backward
                = 2x forward) at an achievable share of the GPU's dense peak that falls for small
-               GEMMs, plus memory-bound elementwise work (norms, activations, permutes) at HBM speed
+               GEMMs (TE runs up to 4 small expert GEMMs at once: ``grouped_gemm_concurrency``), plus
+               memory-bound elementwise work (norms, activations, permutes) at HBM speed
   recompute    the forward work the recompute plan replays
   a2a          EP dispatch + combine, forward and backward, split into NVLink and network bytes by
                where the EP group sits; flex backends send a token once per rank / node, alltoall
@@ -18,7 +19,8 @@ Terms, per GPU of the slowest pipeline stage, summed over the step:
                and the communication kernels' SMs slow the compute they overlap
   bubble       (PP - 1) / VPP micro-batch slots of the pipeline fill and drain
   tp/cp/pp/dp  collectives: TP/SP all-gather + reduce-scatter, CP ring exchange, PP sends, the DP
-               gradient reduce-scatter and parameter all-gather beyond what one micro-batch hides
+               gradient reduce-scatter and parameter all-gather beyond what one micro-batch hides (on
+               NVLink when a pipeline stage fits a node: ``_dp_link_gbps``)
   host         CPU time per layer and micro-batch: a fixed part (cut by CUDA graphs over its scopes) and a part
                per local expert (TE grouped-GEMM experts; delayed wgrad adds to it), times the host's speed
                (hardware ``host_factor``: 1 for the DGX-class nodes of the published rows; the project's lent VM
@@ -246,6 +248,36 @@ def _gemm_eff(rows: float, c: dict[str, float]) -> float:
     return c["gemm_efficiency"] * rows / (rows + c["gemm_half_rows"])
 
 
+# Transformer Engine's grouped GEMM (``GroupedLinear`` -> ``general_grouped_gemm`` -> ``nvte_multi_tensor_gemm``, whose
+# cuBLAS path is ``multi_stream_cublas_gemm`` in transformer_engine/common/gemm/cublaslt_gemm.cu) launches the local
+# experts' GEMMs round-robin on ``nvte_get_num_compute_streams()`` CUDA streams, a constant 4
+# (transformer_engine/common/util/multi_stream.cpp ``get_num_compute_streams``): up to four experts' GEMMs share the
+# SMs at once.
+TE_GEMM_STREAMS = 4
+GEMM_TILE = 128      # output tile edge of the cuBLAS BF16/FP8 GEMM kernels on Hopper/Blackwell (128 x 128 and up)
+
+
+def grouped_gemm_concurrency(m: dict[str, Any], hw: dict[str, Any], rows: float, ep: int, etp: int,
+                             batch: Batch) -> float:
+    """How many local experts' GEMMs share the GPU at once: the factor on one expert's ``rows`` that sets how well the
+    expert GEMMs fill it (``_gemm_eff`` counts the rows that run together).
+
+    TE's grouped-GEMM experts launch their GEMMs round-robin on ``TE_GEMM_STREAMS`` (4) streams, so while one expert's
+    GEMM has fewer output tiles than the GPU has SMs, the next experts' GEMMs fill the idle SMs: up to 4, no more
+    than the local experts, and no more than it takes to cover the SMs (a GEMM that already covers them runs alone,
+    the next one queued behind it). The tiles are ``GEMM_TILE`` square over the expert's rows and the narrower of
+    its two output widths (fc1: 2 x moe_ffn / ETP gated, fc2: hidden). Qwen3-30B with EP4 (32 experts of 512 rows,
+    48 tiles on 132 SMs) runs ~2.75 at once; GPT-OSS-120B's wide experts (1024 rows x 2880: 180 tiles) run one at a
+    time. Without grouped GEMM (Megatron's SequentialMLP, the local spec) the experts run one after another: 1."""
+    if not (batch.te and batch.grouped_gemm):
+        return 1.0
+    g = 2 if m.get("gated_linear_unit", True) else 1
+    width = min(g * m["moe_ffn_hidden_size"] / etp, m["hidden_size"])
+    tiles = max(1.0, rows / GEMM_TILE) * max(1.0, width / GEMM_TILE)
+    fill = float(hw.get("sm_count", 132)) / tiles
+    return float(max(1.0, min(TE_GEMM_STREAMS, m["num_moe_experts"] / ep, fill)))
+
+
 def _distinct(picks: float, bins: float) -> float:
     """Expected number of distinct bins hit by ``picks`` uniform picks."""
     if bins <= 1:
@@ -343,15 +375,15 @@ class StepModel:
         self.peak = peak_bf16 * (c["fp8_gain"] if self.fp8 else 1.0)
         self.imbalance = 1.0 if batch.force_balance else c["natural_imbalance"]
         self.flops = _flops_per_token(m, f) * batch.global_batch_size * s
-        self._compute: dict[tuple[int, int, int], tuple[float, ...]] = {}
+        self._compute: dict[tuple[int, int, int, int], tuple[float, ...]] = {}
         self._a2a: dict[tuple[Any, ...], float] = {}
         self._rc: dict[tuple[Any, ...], dict[str, float]] = {}
         self._host: dict[tuple[Any, ...], tuple[float, float]] = {}
         self._per_layout: dict[tuple[int, ...], tuple[float, float, float]] = {}
 
-    def _compute_terms(self, tp: int, cp: int, ep: int) -> tuple[float, ...]:
-        """Per-layer forward times of one micro-batch and the TP/CP collectives: they depend on TP, CP, EP."""
-        key = (tp, cp, ep)
+    def _compute_terms(self, tp: int, cp: int, ep: int, etp: int = 1) -> tuple[float, ...]:
+        """Per-layer forward times of one micro-batch and the TP/CP collectives: they depend on TP, CP, EP, ETP."""
+        key = (tp, cp, ep, etp)
         hit = self._compute.get(key)
         if hit is not None:
             return hit
@@ -361,7 +393,7 @@ class StepModel:
         per_rank = tokens / tp                        # after the SP split: what the GPU computes / dispatches
         e_dense = _gemm_eff(tokens, c)
         rows_expert = per_rank * m["moe_router_topk"] * ep / m["num_moe_experts"]
-        e_expert = _gemm_eff(rows_expert, c)
+        e_expert = _gemm_eff(rows_expert * grouped_gemm_concurrency(m, hw, rows_expert, ep, etp, batch), c)
         t_attn_gemm = per_rank * f["attn_proj"] / (peak * e_dense)
         # The attention core (measured on H100 with TE's fused attention, data/steptime.yaml): matmuls at a share
         # of the BF16 peak (FP8 recipes keep attention in BF16 unless they turn on FP8 attention), and the softmax
@@ -431,7 +463,7 @@ class StepModel:
         mb = max(1, batch.global_batch_size // max(1, b * dp))
         n_moe, n_dense, mtp = self.n_moe, self.n_dense, self.mtp
         (per_rank, t_attn_gemm, t_core, t_experts, t_shared, t_dense, t_elem, t_logits, moe_fwd, dense_fwd,
-         tp_layer, cp_layer) = self._compute_terms(cand.tp, cand.cp, cand.ep)
+         tp_layer, cp_layer) = self._compute_terms(cand.tp, cand.cp, cand.ep, cand.etp)
         h = m["hidden_size"]
 
         rc = self._rc.get(cand.recompute)
@@ -653,8 +685,8 @@ def muon_matrices(m: dict[str, Any], tp: int = 1, etp: int = 1) -> dict[str, lis
     if m.get("attention") == "mla":
         q_lora, kv_lora = m.get("q_lora_rank", 1536), m.get("kv_lora_rank", 512)
         nope, rope = m.get("qk_head_dim", 128), m.get("qk_pos_emb_head_dim", 64)
-        attn = [(q_lora, h), (heads * (nope + rope) / tp, q_lora), (kv_lora + rope, h),
-                (heads * (nope + kv) / tp, kv_lora), (h, heads * kv / tp)]
+        q = [(q_lora, h), (heads * (nope + rope) / tp, q_lora)] if q_lora else [(heads * (nope + rope) / tp, h)]
+        attn = q + [(kv_lora + rope, h), (heads * (nope + kv) / tp, kv_lora), (h, heads * kv / tp)]
     else:
         groups = m["num_query_groups"]
         attn = [(heads * kv / tp, h), (groups * kv / tp, h), (groups * kv / tp, h), (h, heads * kv / tp)]
@@ -697,11 +729,22 @@ def muon_seconds(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, world: 
     experts = p["experts"] / (cand.ep * cand.etp * cand.pp)
     step = (dense / dp + experts / edp) * MUON_STEP_BYTES / (hw["hbm_tbps"] * 1e12 * HBM_EFFICIENCY) + ns
     gather = 0.0
+    link = _dp_link_gbps(hw, world, cand.pp)
     for params, group in ((dense, dp), (experts, edp)):
         if group > 1:
-            link = hw["nic_gbps"] if world > hw["gpus_per_node"] else hw["nvlink_gbps"]
             gather += params * 2.0 * (group - 1) / group / (link * 1e9 * COLLECTIVE_EFFICIENCY)
     return step, gather
+
+
+def _dp_link_gbps(hw: dict[str, Any], world: int, pp: int) -> float:
+    """The link a data-parallel (or expert-data-parallel) group's collectives run on.
+
+    Megatron-Core orders ranks ``tp-cp-ep-dp-pp`` (``parallel_state.initialize_model_parallel``'s default ``order``; the
+    expert ranks ``tp-ep-dp-pp`` through the same order), pipeline outermost: each pipeline stage is world / PP
+    consecutive ranks, and every DP and expert-DP group lies inside one stage. A stage that fits one node (an NVL72
+    domain on multi-node NVLink) keeps its DP collectives on NVLink; only stages wider than that use the network."""
+    width = hw["nvlink_domain"] if hw.get("mnnvl") else hw["gpus_per_node"]
+    return hw["nic_gbps"] if world // max(1, pp) > width else hw["nvlink_gbps"]
 
 
 def _dp_exposed(dp_traffic: float, per_mb: float) -> float:
@@ -717,11 +760,10 @@ def _dp_traffic(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, world: i
     experts = p["experts"] * share / (cand.ep * cand.etp)
     edp = max(1, world // (cand.ep * cand.etp * cand.pp))
     t = 0.0
+    link = _dp_link_gbps(hw, world, cand.pp)
     for params, group in ((dense, dp), (experts, edp)):
         if group <= 1:
             continue
-        spans = world > hw["gpus_per_node"]
-        link = hw["nic_gbps"] if spans else hw["nvlink_gbps"]
         # bf16 gradients reduce-scattered, bf16 parameters all-gathered (distributed optimizer)
         t += 2 * params * 2.0 * (group - 1) / group / (link * 1e9 * COLLECTIVE_EFFICIENCY)
     return t

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid1-det.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:0613ca3c24c897d6 input sha256:ae1cc12dcb29fab9
+# mocompile: checksum sha256:576839c1c4571a93 input sha256:ae1cc12dcb29fab9
 """bench-te-mid1-det: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (a small test MoE) on 1x NVIDIA H100 80GB HBM3, goal throughput.
@@ -42,7 +42,7 @@ ENV_VARS = {'CUBLAS_WORKSPACE_CONFIG': ':4096:8', 'CUDA_DEVICE_MAX_CONNECTIONS':
 
 # MOCOMPILE_RANK_PROBE (rankprobe.sh, `mocompile rankprobe`): the rank this plan's memory estimate calls most loaded,
 # what the probe runs instead of what a fake process group cannot run, and the estimates it is compared with.
-RANK_PROBE = {'world_size': 1, 'rank': 0, 'stage': 0, 'stages': 1, 'rank_why': 'no pipeline: every rank holds the whole stack, the embedding, the output layer and the loss', 'iterations': 6, 'microbatches': {'plan': 8, 'probe': 2}, 'global_batch_size': 4, 'model': {}, 'substitutions': [{'field': 'global_batch_size', 'plan': 16, 'probe': 4, 'rule': 'PRB004', 'why': "2 of the plan's 8 micro-batches per iteration (the pipeline's warm-up, and so the peak, is the plan's); compute times are scaled by 8/2 to compare with the step-time model"}], 'estimate': {'plan': {'estimate_gib': 64.02, 'total_gib': 64.52, 'weights_and_optimizer_gib': 51.22, 'activations_gib': 3.51, 'logits_gib': 0.93, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.89, 'optimizer_step_gib': 7.47, 'params_per_gpu_m': 3437.2, 'in_flight_microbatches': 1.0}, 'probe': {'estimate_gib': 64.02, 'total_gib': 64.52, 'weights_and_optimizer_gib': 51.22, 'activations_gib': 3.51, 'logits_gib': 0.93, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.89, 'optimizer_step_gib': 7.47, 'params_per_gpu_m': 3437.2, 'in_flight_microbatches': 1.0}, 'probe_by_stage_gib': [64.02], 'difference_gib': {'allocated': 0.0, 'total': 0.0}}, 'model_compute_s': {'plan': 0.56, 'probe': 0.14}}
+RANK_PROBE = {'world_size': 1, 'rank': 0, 'stage': 0, 'stages': 1, 'rank_why': 'no pipeline: every rank holds the whole stack, the embedding, the output layer and the loss', 'iterations': 6, 'microbatches': {'plan': 8, 'probe': 2}, 'global_batch_size': 4, 'model': {}, 'substitutions': [{'field': 'global_batch_size', 'plan': 16, 'probe': 4, 'rule': 'PRB004', 'why': "2 of the plan's 8 micro-batches per iteration (the pipeline's warm-up, and so the peak, is the plan's); compute times are scaled by 8/2 to compare with the step-time model"}], 'estimate': {'plan': {'estimate_gib': 64.02, 'total_gib': 64.52, 'weights_and_optimizer_gib': 51.22, 'activations_gib': 3.51, 'logits_gib': 0.93, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.89, 'optimizer_step_gib': 7.47, 'params_per_gpu_m': 3437.2, 'in_flight_microbatches': 1.0}, 'probe': {'estimate_gib': 64.02, 'total_gib': 64.52, 'weights_and_optimizer_gib': 51.22, 'activations_gib': 3.51, 'logits_gib': 0.93, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.89, 'optimizer_step_gib': 7.47, 'params_per_gpu_m': 3437.2, 'in_flight_microbatches': 1.0}, 'probe_by_stage_gib': [64.02], 'difference_gib': {'allocated': 0.0, 'total': 0.0}}, 'model_compute_s': {'plan': 0.462, 'probe': 0.1155}}
 
 
 def _model() -> GPTModelProvider:
@@ -118,16 +118,16 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 2048  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.70 s/step, 165 TFLOPS/GPU, 64.5 GiB (of 19 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.699 s/step: the fastest plan found (TP1 PP1 EP1, alltoall, overlap off, recompute none, graphs te_rp) is predicted 0.697 s/step, 0.3% faster, inside the model's 16% error for a plan 1 knob away
-    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size)
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size)
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.61 s/step, 190 TFLOPS/GPU, 64.5 GiB (of 19 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.608 s/step: the fastest plan found (TP1 PP1 EP1, alltoall, overlap off, recompute none, graphs te_rp) is predicted 0.605 s/step, 0.5% faster, inside the model's 16% error for a plan 1 knob away
+    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.61 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.61 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
-    model.context_parallel_size = 1  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size)
-    model.expert_model_parallel_size = 1  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size)
-    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size)
-    model.sequence_parallel = False  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size)
-    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep illegal or does not fit; hybridep illegal or does not fit; ncclep not offered (the target stack has no NCCL EP: DSP011)
-    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep illegal or does not fit; hybridep illegal or does not fit; ncclep not offered (the target stack has no NCCL EP: DSP011)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (0.61 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 1  # goal: part of the chosen plan (0.61 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.61 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (0.61 s/step; see tensor_model_parallel_size)
+    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (0.61 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep illegal or does not fit; hybridep illegal or does not fit; ncclep not offered (the target stack has no NCCL EP: DSP011)
+    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (0.61 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep illegal or does not fit; hybridep illegal or does not fit; ncclep not offered (the target stack has no NCCL EP: DSP011)
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = True  # user: pinned in the recipe
@@ -136,8 +136,8 @@ def build_config() -> ConfigContainer:
     model.recompute_method = None  # goal: lightest recompute that fits: 64.5 GiB <= 74 GiB usable
     model.recompute_num_layers = None  # goal: lightest recompute that fits: 64.5 GiB <= 74 GiB usable
     model.recompute_modules = None  # goal: lightest recompute that fits: 64.5 GiB <= 74 GiB usable
-    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size)
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (0.61 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.61 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (tiny-moe+custom)
     model.apply_rope_fusion = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: fused RoPE (TE >= 1.4)
@@ -158,8 +158,8 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size); overlap on: illegal or does not fit
-        delay_wgrad_compute=False,  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size)
+        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.61 s/step; see tensor_model_parallel_size); overlap on: illegal or does not fit
+        delay_wgrad_compute=False,  # goal: part of the chosen plan (0.61 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=False,  # derived: no interleaved pipeline
         batch_p2p_comm=False,  # derived: not needed
         overlap_grad_reduce=False,  # derived: no data parallelism

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid2-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:337923607c6d0730 input sha256:514407a2163cdd8e
+# mocompile: checksum sha256:0355c7cf1199b0a5 input sha256:514407a2163cdd8e
 """bench-te-mid2-auto: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (a small test MoE) on 2x NVIDIA H100 80GB HBM3, goal throughput.
@@ -43,7 +43,7 @@ ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '8', 'NCCL_NVLS_ENABLE': '0', 'PYTHON
 
 # MOCOMPILE_RANK_PROBE (rankprobe.sh, `mocompile rankprobe`): the rank this plan's memory estimate calls most loaded,
 # what the probe runs instead of what a fake process group cannot run, and the estimates it is compared with.
-RANK_PROBE = {'world_size': 2, 'rank': 0, 'stage': 0, 'stages': 1, 'rank_why': 'no pipeline: every rank holds the whole stack, the embedding, the output layer and the loss', 'iterations': 6, 'microbatches': {'plan': 4, 'probe': 2}, 'global_batch_size': 8, 'model': {}, 'substitutions': [{'field': 'global_batch_size', 'plan': 16, 'probe': 8, 'rule': 'PRB004', 'why': "2 of the plan's 4 micro-batches per iteration (the pipeline's warm-up, and so the peak, is the plan's); compute times are scaled by 4/2 to compare with the step-time model"}], 'estimate': {'plan': {'estimate_gib': 32.41, 'total_gib': 32.91, 'weights_and_optimizer_gib': 26.01, 'activations_gib': 3.51, 'logits_gib': 0.93, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.52, 'optimizer_step_gib': 1.45, 'params_per_gpu_m': 1826.6, 'in_flight_microbatches': 1.0}, 'probe': {'estimate_gib': 32.41, 'total_gib': 32.91, 'weights_and_optimizer_gib': 26.01, 'activations_gib': 3.51, 'logits_gib': 0.93, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.52, 'optimizer_step_gib': 1.45, 'params_per_gpu_m': 1826.6, 'in_flight_microbatches': 1.0}, 'probe_by_stage_gib': [32.41], 'difference_gib': {'allocated': 0.0, 'total': 0.0}}, 'model_compute_s': {'plan': 0.232, 'probe': 0.116}}
+RANK_PROBE = {'world_size': 2, 'rank': 0, 'stage': 0, 'stages': 1, 'rank_why': 'no pipeline: every rank holds the whole stack, the embedding, the output layer and the loss', 'iterations': 6, 'microbatches': {'plan': 4, 'probe': 2}, 'global_batch_size': 8, 'model': {}, 'substitutions': [{'field': 'global_batch_size', 'plan': 16, 'probe': 8, 'rule': 'PRB004', 'why': "2 of the plan's 4 micro-batches per iteration (the pipeline's warm-up, and so the peak, is the plan's); compute times are scaled by 4/2 to compare with the step-time model"}], 'estimate': {'plan': {'estimate_gib': 32.41, 'total_gib': 32.91, 'weights_and_optimizer_gib': 26.01, 'activations_gib': 3.51, 'logits_gib': 0.93, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.52, 'optimizer_step_gib': 1.45, 'params_per_gpu_m': 1826.6, 'in_flight_microbatches': 1.0}, 'probe': {'estimate_gib': 32.41, 'total_gib': 32.91, 'weights_and_optimizer_gib': 26.01, 'activations_gib': 3.51, 'logits_gib': 0.93, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.52, 'optimizer_step_gib': 1.45, 'params_per_gpu_m': 1826.6, 'in_flight_microbatches': 1.0}, 'probe_by_stage_gib': [32.41], 'difference_gib': {'allocated': 0.0, 'total': 0.0}}, 'model_compute_s': {'plan': 0.231, 'probe': 0.1155}}
 
 
 def _model() -> GPTModelProvider:
@@ -119,7 +119,7 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 2048  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.36 s/step, 162 TFLOPS/GPU, 32.9 GiB (of 109 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.357 s/step: the fastest plan found (TP1 PP1 EP2, hybridep, overlap off, recompute none, graphs te_rp) is predicted 0.336 s/step, 5.8% faster, inside the model's 22% error for a plan 2 knobs away
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.36 s/step, 162 TFLOPS/GPU, 32.9 GiB (of 109 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.355 s/step: the fastest plan found (TP1 PP1 EP1, alltoall, overlap off, recompute none, graphs te_rp) is predicted 0.327 s/step, 7.9% faster, inside the model's 22% error for a plan 2 knobs away
     model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.36 s/step; see tensor_model_parallel_size)
     model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.36 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
@@ -159,7 +159,7 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.36 s/step; see tensor_model_parallel_size); overlap on: +2 ms
+        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.36 s/step; see tensor_model_parallel_size); overlap on: +3 ms
         delay_wgrad_compute=False,  # goal: part of the chosen plan (0.36 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=False,  # derived: no interleaved pipeline
         batch_p2p_comm=False,  # derived: not needed

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-tiny-real-det.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:01e5673913047c87 input sha256:f8da35af9dc5ef3b
+# mocompile: checksum sha256:1c0c052dd588f971 input sha256:f8da35af9dc5ef3b
 """bench-te-tiny-real-det: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (a small test MoE) on 1x NVIDIA H100 80GB HBM3, goal throughput.
@@ -42,7 +42,7 @@ ENV_VARS = {'CUBLAS_WORKSPACE_CONFIG': ':4096:8', 'CUDA_DEVICE_MAX_CONNECTIONS':
 
 # MOCOMPILE_RANK_PROBE (rankprobe.sh, `mocompile rankprobe`): the rank this plan's memory estimate calls most loaded,
 # what the probe runs instead of what a fake process group cannot run, and the estimates it is compared with.
-RANK_PROBE = {'world_size': 1, 'rank': 0, 'stage': 0, 'stages': 1, 'rank_why': 'no pipeline: every rank holds the whole stack, the embedding, the output layer and the loss', 'iterations': 6, 'microbatches': {'plan': 8, 'probe': 2}, 'global_batch_size': 4, 'model': {'moe_router_force_load_balancing': True}, 'substitutions': [{'field': 'moe_router_force_load_balancing', 'plan': False, 'probe': True, 'rule': 'PRB003', 'why': "the tokens a rank's experts receive depend on every other rank's routing, which a fake group does not run: routing is forced to balance (random router logits), so each expert gets its mean share; the estimate's natural-routing imbalance is not measured"}, {'field': 'global_batch_size', 'plan': 16, 'probe': 4, 'rule': 'PRB004', 'why': "2 of the plan's 8 micro-batches per iteration (the pipeline's warm-up, and so the peak, is the plan's); compute times are scaled by 8/2 to compare with the step-time model"}], 'estimate': {'plan': {'estimate_gib': 9.11, 'total_gib': 9.61, 'weights_and_optimizer_gib': 7.29, 'activations_gib': 0.57, 'logits_gib': 0.46, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.16, 'optimizer_step_gib': 0.63, 'params_per_gpu_m': 489.3, 'in_flight_microbatches': 1.0}, 'probe': {'estimate_gib': 9.11, 'total_gib': 9.61, 'weights_and_optimizer_gib': 7.29, 'activations_gib': 0.52, 'logits_gib': 0.46, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.16, 'optimizer_step_gib': 0.68, 'params_per_gpu_m': 489.3, 'in_flight_microbatches': 1.0}, 'probe_by_stage_gib': [9.11], 'difference_gib': {'allocated': 0.0, 'total': 0.0}}, 'model_compute_s': {'plan': 0.084, 'probe': 0.021}}
+RANK_PROBE = {'world_size': 1, 'rank': 0, 'stage': 0, 'stages': 1, 'rank_why': 'no pipeline: every rank holds the whole stack, the embedding, the output layer and the loss', 'iterations': 6, 'microbatches': {'plan': 8, 'probe': 2}, 'global_batch_size': 4, 'model': {'moe_router_force_load_balancing': True}, 'substitutions': [{'field': 'moe_router_force_load_balancing', 'plan': False, 'probe': True, 'rule': 'PRB003', 'why': "the tokens a rank's experts receive depend on every other rank's routing, which a fake group does not run: routing is forced to balance (random router logits), so each expert gets its mean share; the estimate's natural-routing imbalance is not measured"}, {'field': 'global_batch_size', 'plan': 16, 'probe': 4, 'rule': 'PRB004', 'why': "2 of the plan's 8 micro-batches per iteration (the pipeline's warm-up, and so the peak, is the plan's); compute times are scaled by 8/2 to compare with the step-time model"}], 'estimate': {'plan': {'estimate_gib': 9.11, 'total_gib': 9.61, 'weights_and_optimizer_gib': 7.29, 'activations_gib': 0.57, 'logits_gib': 0.46, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.16, 'optimizer_step_gib': 0.63, 'params_per_gpu_m': 489.3, 'in_flight_microbatches': 1.0}, 'probe': {'estimate_gib': 9.11, 'total_gib': 9.61, 'weights_and_optimizer_gib': 7.29, 'activations_gib': 0.52, 'logits_gib': 0.46, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.16, 'optimizer_step_gib': 0.68, 'params_per_gpu_m': 489.3, 'in_flight_microbatches': 1.0}, 'probe_by_stage_gib': [9.11], 'difference_gib': {'allocated': 0.0, 'total': 0.0}}, 'model_compute_s': {'plan': 0.059, 'probe': 0.0147}}
 
 
 def _model() -> GPTModelProvider:
@@ -135,14 +135,14 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 1024  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.28 s/step, 40 TFLOPS/GPU, 9.6 GiB (of 26 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.276 s/step: the fastest plan found (TP1 PP1 EP1, alltoall, overlap off, recompute none, graphs te_rp) is predicted 0.261 s/step, 5.4% faster, inside the model's 16% error for a plan 1 knob away
-    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.27 s/step, 40 TFLOPS/GPU, 9.6 GiB (of 26 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.275 s/step: the fastest plan found (TP1 PP1 EP1, alltoall, overlap off, recompute none, graphs te_rp) is predicted 0.260 s/step, 5.5% faster, inside the model's 16% error for a plan 1 knob away
+    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
-    model.context_parallel_size = 1  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
-    model.expert_model_parallel_size = 1  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
-    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
-    model.sequence_parallel = False  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 1  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
     model.moe_token_dispatcher_type = 'alltoall'  # user: pinned in the recipe
     model.moe_flex_dispatcher_backend = None  # user: pinned in the recipe
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
@@ -153,8 +153,8 @@ def build_config() -> ConfigContainer:
     model.recompute_method = None  # goal: lightest recompute that fits: 9.6 GiB <= 74 GiB usable
     model.recompute_num_layers = None  # goal: lightest recompute that fits: 9.6 GiB <= 74 GiB usable
     model.recompute_modules = None  # goal: lightest recompute that fits: 9.6 GiB <= 74 GiB usable
-    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (tiny-moe)
     model.apply_rope_fusion = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: fused RoPE (TE >= 1.4)
@@ -175,8 +175,8 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size); overlap on: illegal or does not fit
-        delay_wgrad_compute=False,  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size); overlap on: illegal or does not fit
+        delay_wgrad_compute=False,  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=False,  # derived: no interleaved pipeline
         batch_p2p_comm=False,  # derived: not needed
         overlap_grad_reduce=False,  # derived: no data parallelism
