@@ -160,9 +160,11 @@ def test_with_every_lever_closed_mem001_names_the_gpu_count_and_the_lever_that_w
     # optimizer state (bf16 moments: 16 B at the step's peak), and with the offload: 8 nodes
     assert res.returncode == 1 and "is 224 (64 with training.optimizer_offload: 1" in res.stdout
     # and what the fewer GPUs cost: at the same global batch each of 64 GPUs computes 224/64 = 3.5x the tokens of
-    # one of 224, and the CPU Adam step comes on top, so the predicted ratio is above 3.5
+    # one of 224 and the CPU Adam step comes on top; against that, its data-parallel traffic stays on NVLink (a
+    # pipeline stage of 8 GPUs fits a node: steptime._dp_link_gbps) where the 224's crosses the network, and its
+    # larger GEMMs run nearer the peak: a few times the step, not the 1.0 of a missing estimate nor runaway
     ratio = float(re.search(r"predicted ([0-9.]+)x the step time on 224\)", res.stdout).group(1))
-    assert 224 / 64 < ratio < 10
+    assert 2.0 < ratio < 10
     eight = _intent(tmp_path, "model: deepseek-v3\nhardware: {gpu: h100, nodes: 8}\ngoal: fit\n")
     assert run_cli("lint", str(eight)).returncode == 0
     # with the offload pinned off, no lever is left open that fits on fewer GPUs: no note
@@ -266,3 +268,21 @@ def test_offload_keeps_bf16_weights_where_megatron_lm_refuses_fp8_ones(tmp_path,
     assert res.returncode == 0, res.stdout + res.stderr
     text = (tmp_path / "gen" / "r" / "train.py").read_text()
     assert ("cfg.mixed_precision.fp8_param_gather = False" in text) is off
+
+
+def test_throughput_climbs_a_lever_past_its_first_fitting_rung_while_the_plan_gets_faster(tmp_path):
+    """DeepSeek-V3 on 64 B200s, bf16 moments: nothing fits without a lever. Offload 0.25 fits only a TP8 alltoall
+    plan (~70 s/step); 0.5 frees enough for a TP4 PP8 HybridEP plan at ~51 s, its CPU step included. The same plan
+    costs more at a heavier rung, but the freed memory lets a faster plan fit, so throughput climbs while each rung
+    is faster than the last, and stops at the first that is not (0.75 is slower: only more CPU step)."""
+    out = _settings(_intent(tmp_path, "model: deepseek-v3\nhardware: {gpu: b200, nodes: 8}\ngoal: throughput\n"
+                                      "training: {seq_length: 4096, micro_batch_size: auto, global_batch_size: 1024}\n"))
+    s = out["settings"]
+    ladder = {float(m): float(t) for m, t in re.findall(r"offload ([\d.]+): [\d.]+ GiB, ([\d.]+) s/step",
+                                                        s["optimizer_state"]["reason"])}
+    share, step = s["optimizer_offload_fraction"]["value"], out["estimate"]["chosen"]["step_time_s"]
+    assert 0.25 in ladder and share > 0.25  # a lighter share fits ...
+    assert step < ladder[0.25]  # ... and the heavier one's plan is faster
+    assert ladder[share] == pytest.approx(step, abs=0.01) == min(ladder.values())
+    assert "fastest" in s["optimizer_offload_fraction"]["reason"]
+    assert "offload 1:" not in s["optimizer_state"]["reason"]  # the climb stopped at the first rung no faster
