@@ -15,12 +15,17 @@ from mocompile import memory, steptime
 from mocompile.optimizer_state import adam_peak_bytes, keeps_fp32_master
 from mocompile.resolve.context import Context
 from mocompile.resolve.search import (
+    HIDDEN_PINS,
+    KnobPinsHidden,
     Scorer,
     SearchResult,
     host_limit_gib,
     knob_distance,
     layout_fits,
     leaner_layouts,
+    match_anchor,
+    meets_pins,
+    pinned_value,
     pins,
     required_ratio,
     search,
@@ -216,7 +221,7 @@ def climb_levers(ctx: Context, res: SearchResult) -> SearchResult:
         # fits TP2 PP8 HybridEP at 51.8 s): goal throughput climbs on while each rung is faster than the last
         lighter = [t.winner.step for r, t, _ in found if _lever_kind(ctx, r) == kind]
         with lever_trial(ctx, *rung):
-            trial = micro_batch(ctx) or search(ctx)
+            trial = first_search(ctx)
         # micro_batch_size auto: each rung's trial sets the size its plan was searched at; the chosen rung's
         # must be the one emitted, not the last rung tried
         batch = ctx.s["micro_batch_size"], ctx.by_micro_batch
@@ -267,7 +272,7 @@ def climb_levers(ctx: Context, res: SearchResult) -> SearchResult:
         d = ctx.s["optimizer_state"]
         ctx.set("optimizer_state", d.value, d.source, f"{d.reason}; no rung of the memory ladder fits either: "
                 + "; ".join(tried), path=("training", "optimizer_state"))
-    return micro_batch(ctx) or search(ctx) if tried else res
+    return first_search(ctx) if tried else res
 
 
 def fsdp_pays(ctx: Context, res: SearchResult) -> SearchResult:
@@ -291,7 +296,7 @@ def fsdp_pays(ctx: Context, res: SearchResult) -> SearchResult:
         return res
     kept = ctx.s["micro_batch_size"], ctx.by_micro_batch  # a trial's micro_batch() sets them
     with lever_trial(ctx, state, 0.0, True):
-        trial = micro_batch(ctx) or search(ctx)
+        trial = first_search(ctx)
     t = trial.winner
     tmp = t.cand.tp * t.cand.pp * t.cand.cp
     # FSDP must be what lets the plan's layout fit: one that fits without it is the search's own to weigh
@@ -306,9 +311,34 @@ def fsdp_pays(ctx: Context, res: SearchResult) -> SearchResult:
     return trial
 
 
+def first_search(ctx: Context) -> SearchResult:
+    """The micro-batch search where the size is ``auto``, else the plain search."""
+    return micro_batch(ctx) or search(ctx)
+
+
+def _decide(ctx: Context) -> SearchResult:
+    """The search and the decisions after it (memory levers, Megatron-FSDP). Where the user pinned plan knobs and
+    no shipped recipe serves the intent, the whole decision is made as ``auto`` would make it first and kept when
+    its plan has every pinned value: the later decisions test one plan each (FSDP: the FSDP search's winner), so a
+    pin that only repeats auto's choice could still move them (GLM-4.5-Air on 256 H100s: pinning auto's recompute
+    modules let an FSDP plan through that auto's own FSDP trial turned down)."""
+    if ctx.goal == "throughput" and any(pinned_value(ctx, *p) is not None for p in HIDDEN_PINS) \
+            and match_anchor(ctx) is None:
+        saved, by_mb = dict(ctx.s), ctx.by_micro_batch
+        free_ctx = KnobPinsHidden(ctx)
+        free = fsdp_pays(free_ctx, climb_levers(free_ctx, first_search(free_ctx)))  # type: ignore[arg-type]
+        if meets_pins(ctx, free.winner.cand) and free.winner.fits and not free.winner.broken:
+            free.runners_up = [r for r in free.runners_up if meets_pins(ctx, r.cand)]  # what the user can run
+            return free
+        ctx.s.clear()
+        ctx.s.update(saved)  # the free decision's settings (levers, FSDP, micro-batch) are not this plan's
+        ctx.by_micro_batch = by_mb
+    return fsdp_pays(ctx, climb_levers(ctx, first_search(ctx)))
+
+
 def plan(ctx: Context) -> None:
     """Search, then record the winner's settings with reasons."""
-    res = fsdp_pays(ctx, climb_levers(ctx, micro_batch(ctx) or search(ctx)))
+    res = _decide(ctx)
     w = res.winner
     est = w.est
     head = (f"{GOAL_WHY[ctx.goal]}: {est.step_s:.2f} s/step, {est.tflops_per_gpu:.0f} TFLOPS/GPU, "

@@ -103,8 +103,12 @@ def required_ratio(margin: float, distance: int) -> float:
 
 # -- the space --------------------------------------------------------------------------------------
 
-def _pin(ctx: Context, *path: str) -> Any:
+def pinned_value(ctx: Context, *path: str) -> Any:
+    """The user's value at ``path``, or None where the intent leaves it ``auto`` (or says nothing)."""
     return ctx.pinned(*path) if ctx.explicit(*path) else None
+
+
+_pin = pinned_value
 
 
 def _divisors(n: int) -> list[int]:
@@ -699,7 +703,8 @@ def _from_json(d: dict[str, Any]) -> Scored:
 def search(ctx: Context) -> SearchResult:
     """The verdict for this intent: from the plan cache (command line only) or a fresh search."""
     # the profile's values (hash included), not only its path: an edited profile must re-plan
-    key = {"intent": ctx.intent, "cluster": ctx.hw.get("cluster"), "micro_batch_size": ctx["micro_batch_size"],
+    key = {"intent": ctx.intent, "free": isinstance(ctx, KnobPinsHidden),  # pins hidden: another search
+           "cluster": ctx.hw.get("cluster"), "micro_batch_size": ctx["micro_batch_size"],
            "optimizer_state": ctx["optimizer_state"], "optimizer_offload": ctx["optimizer_offload_fraction"],
            "fsdp": ctx["use_megatron_fsdp"], "offload_modules": ctx["offload_modules"]}
     cached = plancache.get(key)
@@ -733,14 +738,17 @@ SPACE_PINS = (("recompute", "granularity"), ("recompute", "modules"), ("cuda_gra
 HIDDEN_PINS = KNOB_PINS + SPACE_PINS
 
 
-class _KnobPinsHidden:
+class KnobPinsHidden:
     """The context as the search would see it had the user left the knobs of ``HIDDEN_PINS`` ``auto``."""
 
     def __init__(self, ctx: Context):
-        self._ctx = ctx
+        object.__setattr__(self, "_ctx", ctx)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._ctx, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:  # what a search records (by_micro_batch) is the context's
+        setattr(self._ctx, name, value)
 
     def __getitem__(self, key: str) -> Any:
         return self._ctx[key]
@@ -752,7 +760,7 @@ class _KnobPinsHidden:
         return None if tuple(path) in HIDDEN_PINS else self._ctx.pinned(*path)
 
 
-def _meets_pins(ctx: Context, cand: Candidate) -> bool:
+def meets_pins(ctx: Context, cand: Candidate) -> bool:
     """Does ``cand`` already have every knob value the user pinned? Its recompute rung and graph scope must lie
     in the space the pins leave (``_rungs``, ``_graph_options``), selective modules in any order."""
     for section, knob in KNOB_PINS:
@@ -773,9 +781,9 @@ def _meets_pins(ctx: Context, cand: Candidate) -> bool:
         if cand.graphs not in _graph_options(ctx):
             return False
         mods = _pin(ctx, "cuda_graphs", "modules")
-        free = _graph_modules(_KnobPinsHidden(ctx), cand.graphs)  # type: ignore[arg-type]
+        free = _graph_modules(KnobPinsHidden(ctx), cand.graphs)  # type: ignore[arg-type]
         if mods is not None and set(mods) != set(free) or _graph_impl(ctx, cand.graphs) != \
-                _graph_impl(_KnobPinsHidden(ctx), cand.graphs):  # type: ignore[arg-type]
+                _graph_impl(KnobPinsHidden(ctx), cand.graphs):  # type: ignore[arg-type]
             return False
     return True
 
@@ -788,11 +796,11 @@ def _search(ctx: Context) -> SearchResult:
     res = _search_pinned(ctx)
     if ctx.goal != "throughput" or res.anchor is not None or not any(_pin(ctx, *p) is not None for p in HIDDEN_PINS):
         return res
-    free = _search_pinned(_KnobPinsHidden(ctx))  # type: ignore[arg-type]
-    if free.anchor is None and _meets_pins(ctx, free.winner.cand) and not free.winner.broken:
+    free = _search_pinned(KnobPinsHidden(ctx))  # type: ignore[arg-type]
+    if free.anchor is None and meets_pins(ctx, free.winner.cand) and not free.winner.broken:
         free.scored += res.scored
         # runners-up the user can run: the free search's that keep every pin, then the pinned search's
-        keep = [r for r in free.runners_up if _meets_pins(ctx, r.cand)]
+        keep = [r for r in free.runners_up if meets_pins(ctx, r.cand)]
         keep += [r for r in res.runners_up if r.cand != free.winner.cand and r.cand not in {k.cand for k in keep}]
         free.runners_up = keep[:3]
         return free
