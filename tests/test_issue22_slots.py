@@ -141,3 +141,17 @@ def test_report_says_when_the_auto_lock_is_not_the_named_plan(tmp_path: Path) ->
     _lock(tmp_path, "auto", dispatcher="flex")
     assert slots_report.summarise(tmp_path, auto="a", skip_first=5)["auto"]["settings_differing_from_auto_lock"] == [
         "dispatcher"]
+
+
+def test_the_plot_is_written_where_matplotlib_is_and_said_missing_where_it_is_not(tmp_path: Path) -> None:
+    for k, m in enumerate([600, 610], 1):
+        _result(tmp_path, f"time-a-r{k}", [m] * 4)
+    _lock(tmp_path, "a")
+    res = slots_report.summarise(tmp_path, auto=None, skip_first=5)
+    said = slots_report.plot(res, tmp_path / "grid.png")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "matplotlib missing" in said and not (tmp_path / "grid.png").exists()
+    else:
+        assert (tmp_path / "grid.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

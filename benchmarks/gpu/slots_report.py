@@ -186,6 +186,32 @@ def markdown(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot(res: dict, path: Path) -> str:
+    """Each plan's run medians (dots, by round) and the median of them (bar), 2-GPU plans first; matplotlib is
+    optional (the tables do not need it)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "slots_report: matplotlib missing, no plot"
+    plans = sorted((p for p in res["plans"].values() if p["median_ms"]), key=lambda p: (p["gpus"], p["median_ms"]))
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(plans) + 1.5))
+    for i, p in enumerate(plans):
+        ax.barh(i, p["median_ms"], color="#9ecae1" if p["gpus"] == 2 else "#fdae6b")
+        for r in p["runs"]:
+            ax.plot(r["median_ms"], i, "o", color="black", ms=4)
+            ax.annotate(str(r["round"]), (r["median_ms"], i), textcoords="offset points", xytext=(3, 3), fontsize=7)
+    ax.set_yticks(range(len(plans)), [f"{p['plan']} ({p['gpus']} GPUs)" for p in plans], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("step time, ms (bar: median of run medians; dots: run medians, labelled by round)")
+    ax.set_title("issue22_slots grid: " + (f"auto = {res['auto']['as']}" if "auto" in res else ""), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return f"slots_report: wrote {path}"
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("root", type=Path)
@@ -197,6 +223,7 @@ def main(argv: list[str]) -> int:
     text = markdown(res)
     (args.root / "grid.md").write_text(text)
     print(text)
+    print(plot(res, args.root / "grid.png"))
     return 0
 
 
