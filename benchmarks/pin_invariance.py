@@ -20,10 +20,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "compiler"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from mocompile.errors import InputError  # noqa: E402
 from mocompile.pipeline import analyse  # noqa: E402
-from mocompile.resolve import reference, search  # noqa: E402
+from mocompile.resolve import search  # noqa: E402
+from plan_quality import withheld  # noqa: E402  (the search sees none of the shipped recipes)
 
 MODELS = ["qwen3-30b-a3b", "gpt-oss-20b", "gpt-oss-120b", "moonlight-16b-a3b", "glm-4.5-air", "qwen3-235b-a22b",
           "deepseek-v3"]
@@ -34,14 +36,8 @@ NODES = [2, 8, 32]
 def _plan(tmp: Path, text: str) -> Any:
     path = tmp / "r.yaml"
     path.write_text(text)
-    every = {a["recipe"] for a in search.anchors()}
-    saved = set(reference.WITHHELD)
-    reference.WITHHELD.update(every)
-    try:
+    with withheld({a["recipe"] for a in search.anchors()}):
         return analyse(str(path)).plan
-    finally:
-        reference.WITHHELD.clear()
-        reference.WITHHELD.update(saved)
 
 
 def own_pins(p: Any) -> dict[str, str]:

@@ -108,8 +108,6 @@ def pinned_value(ctx: Context, *path: str) -> Any:
     return ctx.pinned(*path) if ctx.explicit(*path) else None
 
 
-_pin = pinned_value
-
 
 def _divisors(n: int) -> list[int]:
     """Divisors of a small number (expert counts: never the world size, which may be huge)."""
@@ -137,8 +135,8 @@ def ladder(ctx: Context, overlap: bool) -> list[Rung]:
 
 
 def _rungs(ctx: Context, overlap: bool) -> list[Rung]:
-    gran = _pin(ctx, "recompute", "granularity")
-    mods = _pin(ctx, "recompute", "modules")
+    gran = pinned_value(ctx, "recompute", "granularity")
+    mods = pinned_value(ctx, "recompute", "modules")
     method, nlayers = ctx.pinned("recompute", "method"), ctx.pinned("recompute", "num_layers")
     if gran == "none":
         return [(None, None, method, nlayers)]
@@ -155,7 +153,7 @@ def _rungs(ctx: Context, overlap: bool) -> list[Rung]:
 
 
 def _graph_options(ctx: Context) -> list[str]:
-    impl, mods = _pin(ctx, "cuda_graphs", "impl"), _pin(ctx, "cuda_graphs", "modules")
+    impl, mods = pinned_value(ctx, "cuda_graphs", "impl"), pinned_value(ctx, "cuda_graphs", "modules")
     if impl is not None:
         if impl == "none":
             return ["none"]
@@ -168,7 +166,7 @@ def _graph_options(ctx: Context) -> list[str]:
 
 
 def _dispatchers(ctx: Context) -> list[str]:
-    pinned = _pin(ctx, "moe", "dispatcher")
+    pinned = pinned_value(ctx, "moe", "dispatcher")
     if pinned is not None:
         return [pinned]
     if ctx.goal == "bring-up":
@@ -185,7 +183,7 @@ def _dispatchers(ctx: Context) -> list[str]:
 
 
 def _bools(ctx: Context, path: tuple[str, str], goal_default: list[bool]) -> list[bool]:
-    pinned = _pin(ctx, *path)
+    pinned = pinned_value(ctx, *path)
     return [bool(pinned)] if pinned is not None else goal_default
 
 
@@ -206,7 +204,7 @@ def _sizes(ctx: Context, world: int | None) -> tuple[dict[str, Any], list[int], 
     gpn = ctx["gpus_per_node"]
     heads, groups, experts = ctx["num_attention_heads"], ctx["num_query_groups"], ctx["num_moe_experts"]
     layers = ctx["num_layers"]
-    p = {k: _pin(ctx, "parallelism", k) for k in ("tp", "pp", "vpp", "ep", "etp", "cp")}
+    p = {k: pinned_value(ctx, "parallelism", k) for k in ("tp", "pp", "vpp", "ep", "etp", "cp")}
     tps = [p["tp"]] if p["tp"] else [t for t in (1, 2, 4, 8) if t <= gpn and heads % t == 0
                                      and (groups % t == 0 or t % groups == 0)]
     cps = [p["cp"]] if p["cp"] else ([1, 2, 4, 8] if ctx["seq_length"] >= 16384 else [1])
@@ -273,7 +271,7 @@ def _derive_layout(ctx: Context, pp: int, vpp: int) -> str | None:
 
 
 def _shared_expert_overlap(ctx: Context, overlap: bool, dispatcher: str) -> bool:
-    pinned = _pin(ctx, "moe", "shared_expert_overlap")
+    pinned = pinned_value(ctx, "moe", "shared_expert_overlap")
     if pinned is not None:
         return bool(pinned)
     if overlap or dispatcher in FLEX or not ctx["moe_shared_expert_intermediate_size"]:
@@ -283,13 +281,13 @@ def _shared_expert_overlap(ctx: Context, overlap: bool, dispatcher: str) -> bool
 
 def _graph_impl(ctx: Context, graphs: str) -> str:
     """Megatron's cuda_graph_impl for a candidate's graph scope (a pinned impl wins)."""
-    return _pin(ctx, "cuda_graphs", "impl") or \
+    return pinned_value(ctx, "cuda_graphs", "impl") or \
         {"none": "none", "full_iteration": "full_iteration"}.get(graphs, "transformer_engine")
 
 
 def _graph_modules(ctx: Context, graphs: str) -> list[str]:
     """Megatron's cuda_graph_modules for a candidate's graph scope (pinned modules win)."""
-    pinned = _pin(ctx, "cuda_graphs", "modules")
+    pinned = pinned_value(ctx, "cuda_graphs", "modules")
     if pinned is not None:
         return list(pinned)
     impl = _graph_impl(ctx, graphs)
@@ -320,8 +318,8 @@ def settings(ctx: Context, cand: Candidate, world: int | None = None) -> dict[st
     flex = cand.dispatcher in FLEX
     impl = _graph_impl(ctx, cand.graphs)
     mods = _graph_modules(ctx, cand.graphs)
-    sp = _pin(ctx, "parallelism", "sequence_parallel")
-    sms = _pin(ctx, "moe", "num_sms")
+    sp = pinned_value(ctx, "parallelism", "sequence_parallel")
+    sms = pinned_value(ctx, "moe", "num_sms")
     rung = cand.recompute
     return {
         "tensor_model_parallel_size": cand.tp, "pipeline_model_parallel_size": cand.pp,
@@ -550,7 +548,7 @@ def anchor_candidate(ctx: Context, a: dict[str, Any], pins: bool = True) -> Cand
     rc = a["recompute"]
     rung: Rung = (None, None, None, None) if rc == "none" else ("full", None, "uniform", 1) if rc == "full" \
         else ("selective", tuple(rc), None, None)
-    p = {k: _pin(ctx, "parallelism", k) if pins else None for k in ("tp", "pp", "vpp", "ep", "etp", "cp")}
+    p = {k: pinned_value(ctx, "parallelism", k) if pins else None for k in ("tp", "pp", "vpp", "ep", "etp", "cp")}
     cand = Candidate(tp=p["tp"] or a["tp"], pp=p["pp"] or a["pp"], vpp=p["vpp"] or a["vpp"], ep=p["ep"] or a["ep"],
                      etp=p["etp"] or a["etp"], cp=p["cp"] or a["cp"], dispatcher=a["dispatcher"],
                      overlap=a["overlap"], delay_wgrad=a["delay_wgrad"], recompute=rung,
@@ -563,8 +561,8 @@ def anchor_candidate(ctx: Context, a: dict[str, Any], pins: bool = True) -> Cand
         cand = replace(cand, dispatcher=disp[0])
     ov = _bools(ctx, ("moe", "overlap"), [cand.overlap])
     dw = _bools(ctx, ("moe", "delay_wgrad"), [cand.delay_wgrad])
-    cand = replace(cand, overlap=ov[0], delay_wgrad=dw[0] and ov[0] if _pin(ctx, "moe", "delay_wgrad") is None else dw[0])
-    if _pin(ctx, "recompute", "granularity") is not None or _pin(ctx, "recompute", "modules") is not None:
+    cand = replace(cand, overlap=ov[0], delay_wgrad=dw[0] and ov[0] if pinned_value(ctx, "moe", "delay_wgrad") is None else dw[0])
+    if pinned_value(ctx, "recompute", "granularity") is not None or pinned_value(ctx, "recompute", "modules") is not None:
         cand = replace(cand, recompute=_rungs(ctx, cand.overlap)[0])
     return cand
 
@@ -764,7 +762,7 @@ def meets_pins(ctx: Context, cand: Candidate) -> bool:
     """Does ``cand`` already have every knob value the user pinned? Its recompute rung and graph scope must lie
     in the space the pins leave (``_rungs``, ``_graph_options``), selective modules in any order."""
     for section, knob in KNOB_PINS:
-        value = _pin(ctx, section, knob)
+        value = pinned_value(ctx, section, knob)
         if value is None:
             continue
         have = getattr(cand, knob)
@@ -774,16 +772,15 @@ def meets_pins(ctx: Context, cand: Candidate) -> bool:
     def unordered(rung: Any) -> tuple[Any, ...]:
         return (rung[0], frozenset(rung[1] or ()), *rung[2:])
 
-    if any(_pin(ctx, *p) is not None for p in SPACE_PINS[:2]) and \
+    if any(pinned_value(ctx, *p) is not None for p in SPACE_PINS[:2]) and \
             unordered(cand.recompute) not in {unordered(r) for r in _rungs(ctx, cand.overlap)}:
         return False
-    if any(_pin(ctx, *p) is not None for p in SPACE_PINS[2:]):
-        if cand.graphs not in _graph_options(ctx):
+    if any(pinned_value(ctx, *p) is not None for p in SPACE_PINS[2:]):
+        free: Any = KnobPinsHidden(ctx)
+        if cand.graphs not in _graph_options(ctx) or _graph_impl(ctx, cand.graphs) != _graph_impl(free, cand.graphs):
             return False
-        mods = _pin(ctx, "cuda_graphs", "modules")
-        free = _graph_modules(KnobPinsHidden(ctx), cand.graphs)  # type: ignore[arg-type]
-        if mods is not None and set(mods) != set(free) or _graph_impl(ctx, cand.graphs) != \
-                _graph_impl(KnobPinsHidden(ctx), cand.graphs):  # type: ignore[arg-type]
+        mods = pinned_value(ctx, "cuda_graphs", "modules")
+        if mods is not None and set(mods) != set(_graph_modules(free, cand.graphs)):
             return False
     return True
 
@@ -794,7 +791,7 @@ def _search(ctx: Context) -> SearchResult:
     only repeats ``auto``'s choice could change the plan: it narrows the space the reference plan (the nearest
     recipe or the documented defaults) is drawn from, so the decision against the reference moves."""
     res = _search_pinned(ctx)
-    if ctx.goal != "throughput" or res.anchor is not None or not any(_pin(ctx, *p) is not None for p in HIDDEN_PINS):
+    if ctx.goal != "throughput" or res.anchor is not None or not any(pinned_value(ctx, *p) is not None for p in HIDDEN_PINS):
         return res
     free = _search_pinned(KnobPinsHidden(ctx))  # type: ignore[arg-type]
     if free.anchor is None and meets_pins(ctx, free.winner.cand) and not free.winner.broken:
