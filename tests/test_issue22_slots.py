@@ -155,3 +155,28 @@ def test_the_plot_is_written_where_matplotlib_is_and_said_missing_where_it_is_no
         assert "matplotlib missing" in said and not (tmp_path / "grid.png").exists()
     else:
         assert (tmp_path / "grid.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_job_that_needs_a_build_waits_for_it_and_others_go_first(tmp_path: Path) -> None:
+    """DeepEP builds beside the first runs: a flex job waits for the build's rc file, jobs behind it
+    that need nothing take the free slot meanwhile, and it starts once the file says rc=0."""
+    rc_file = tmp_path / "deepep-build.rc"
+    builder = _gen(tmp_path, "build", sleep=0.8)
+    Path(builder, "torchrun.sh").write_text(Path(builder, "torchrun.sh").read_text().replace(
+        "exit 0", f"echo rc=0 > {rc_file}\nexit 0"))
+    jobs = [{"tag": "build", "gen": builder, "gpus": 2},
+            {"tag": "flex", "gen": _gen(tmp_path, "flex"), "gpus": 2, "needs": str(rc_file)},
+            {"tag": "a2a", "gen": _gen(tmp_path, "a2a"), "gpus": 2}]
+    runs = {r["tag"]: r for r in _run(tmp_path, jobs)}
+    assert set(runs) == {"build", "flex", "a2a"}
+    assert runs["flex"]["start"] >= runs["build"]["end"]  # not before the file existed
+    assert runs["a2a"]["start"] < runs["build"]["end"]  # jumped the waiting flex job into the free slot
+
+
+def test_a_job_whose_build_failed_is_dropped_with_the_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc_file = tmp_path / "deepep-build.rc"
+    rc_file.write_text("rc=124\n")
+    jobs = [{"tag": "flex", "gen": _gen(tmp_path, "flex"), "gpus": 2, "needs": str(rc_file)},
+            {"tag": "a2a", "gen": _gen(tmp_path, "a2a"), "gpus": 2}]
+    assert [r["tag"] for r in _run(tmp_path, jobs)] == ["a2a"]
+    assert "flex dropped" in capsys.readouterr().out and "rc=124" in Path(rc_file).read_text()

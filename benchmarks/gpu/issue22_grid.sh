@@ -147,8 +147,12 @@ for phase in "$@"; do
       mkdir -p /tmp/i22/deepep
       (DEEPEP=build PREPARE=skip RUN_BENCH=0 SITE=/tmp/site DEEPEP_SRC="$(compgen -G ".deepep-src/deepep-hybrid-ep-*.tar.gz" | head -1)" \
         DEEPEP_WHEEL_OUT=/tmp/i22/deepep DEEPEP_BUILD_TIMEOUT="${DEEPEP_BUILD_TIMEOUT:-420}" \
-        bash benchmarks/gpu/run.sh > "${W}/deepep-build.log" 2>&1; echo "rc=$?" > "${W}/deepep-build.rc") &
+        bash benchmarks/gpu/run.sh > "${W}/deepep-build.log" 2>&1; rc=$?
+        # the rc file is the slots' gate for the flex jobs: rc=0 only when deep_ep and hybrid_ep import
+        if [[ ${rc} == 0 ]] && ! python3 -c "import deep_ep, hybrid_ep_cpp" >> "${W}/deepep-build.log" 2>&1; then rc=import; fi
+        echo "rc=${rc}" > "${W}/deepep-build.rc.tmp" && mv "${W}/deepep-build.rc.tmp" "${W}/deepep-build.rc") &
       deepep_pid=$!
+      export DEEPEP_GATE="${W}/deepep-build.rc"   # slots: the DeepEP/HybridEP jobs wait for it
       say "DeepEP build started (pid ${deepep_pid})"
       ;;
     deepep-wait)
@@ -246,6 +250,8 @@ PY
       if [[ "${SLOT4_FIRST:-1}" == 1 ]]; then
         for round in $(seq 1 "${rounds}"); do for plan in ${SLOT4_PLANS:-}; do add "time-${plan}-r${round}" "${plan}" time 4; done; done
       fi
+      # SLOT_DET_FIRST=1: the deterministic runs before the timing rounds (short; they must not be cut by the deadline)
+      if [[ "${SLOT_DET_FIRST:-0}" == 1 ]]; then for plan in ${SLOT_DET_PLANS:-}; do add "det-${plan}" "${plan}" det 2; done; fi
       for round in $(seq 1 "${rounds}"); do
         for k in $(seq 0 $((n - 1))); do
           plan="${plans[$(( (k + round - 1) % n ))]}"
@@ -253,13 +259,17 @@ PY
         done
         if [[ "${SLOT4_FIRST:-1}" != 1 ]]; then for plan in ${SLOT4_PLANS:-}; do add "time-${plan}-r${round}" "${plan}" time 4; done; fi
       done
-      for plan in ${SLOT_DET_PLANS:-}; do add "det-${plan}" "${plan}" det 2; done
+      if [[ "${SLOT_DET_FIRST:-0}" != 1 ]]; then for plan in ${SLOT_DET_PLANS:-}; do add "det-${plan}" "${plan}" det 2; done; fi
       python3 - "${W}/jobs.txt" "${jobs}" <<'PY'
-import json, sys
+import json, os, sys
 jobs = []
+gate = os.environ.get("DEEPEP_GATE", "")  # set by deepep-bg in this call: flex jobs wait for the build
 for line in open(sys.argv[1]):
     tag, gen, gpus = line.split()
-    jobs.append({"tag": tag, "gen": gen, "gpus": int(gpus), "group": "hybridep" if "hybridep" in tag else ""})
+    job = {"tag": tag, "gen": gen, "gpus": int(gpus), "group": "hybridep" if "hybridep" in tag else ""}
+    if gate and ("deepep" in tag or "hybridep" in tag):
+        job["needs"] = gate
+    jobs.append(job)
 json.dump(jobs, open(sys.argv[2], "w"), indent=1)
 print(f"issue22: {len(jobs)} jobs queued")
 PY

@@ -10,7 +10,9 @@ Usage (on the host; JOBS is a JSON list of {"tag", "gen", "gpus": 2|4, "group"?}
     python3 issue22_slots.py JOBS.json --work W --deadline EPOCH_S [--done DIR ...] [--timeout S]
 A job whose metrics already exist in W or in a --done folder is skipped (a later call resumes).
 Jobs of one non-empty "group" never run at the same time (HybridEP JIT-compiles its kernels into one
-cache on first use). No job starts after --deadline. Per job, W gets <tag>.jsonl (the generated
+cache on first use). A job with "needs" (a file path) waits until that file exists and runs only if it
+reads "rc=0" (DeepEP building beside the first runs: the alltoall jobs go first, the flex ones when the
+wheel is in); otherwise it is dropped with the file's words. No job starts after --deadline. Per job, W gets <tag>.jsonl (the generated
 train.py's MOCOMPILE_METRICS rows), <tag>-rank<N>.json (benchsite/sitecustomize.py), <tag>.log.gz and a
 line in runs.jsonl: rc, wall, slot, GPUs, start/end, the tags that overlapped it.
 """
@@ -73,6 +75,17 @@ def _free_port() -> int:
 def _done(tag: str, work: Path, done_dirs: list[Path]) -> bool:
     return any((d / f"{tag}.jsonl").is_file() and (d / f"{tag}.jsonl").stat().st_size > 0
                for d in [work, *done_dirs])
+
+
+def _ready(job: dict) -> bool | None:
+    """True: may start; None: still waiting for its "needs" file; False: that file says it cannot run."""
+    needs = job.get("needs")
+    if not needs:
+        return True
+    path = Path(needs)
+    if not path.is_file():
+        return None
+    return path.read_text().strip() == "rc=0"
 
 
 def _start(job: dict, slots: list[Slot], work: Path, timeout: int, running: list[Running]) -> Running:
@@ -164,15 +177,21 @@ def main(argv: list[str]) -> int:
                 print(f"issue22: deadline: not started {[j['tag'] for j in queue]}", flush=True)
                 queue = []
         elif queue:
+            for job in [j for j in queue if _ready(j) is False]:
+                queue.remove(job)
+                print(f"issue22: {job['tag']} dropped: {job['needs']} says "
+                      f"{Path(job['needs']).read_text().strip()!r}", flush=True)
+            if not queue:
+                continue
             job = queue[0]
             free = [s for s in slots if s.job is None]
             busy_groups = {r.group for r in running if r.group}
             if job["gpus"] == 4:
-                if len(free) == 2:  # a 4-GPU job waits at the head of the queue for both slots
+                if len(free) == 2 and _ready(job):  # a 4-GPU job waits at the head of the queue for both slots
                     running.append(_start(queue.pop(0), free, args.work, args.timeout, running))
             elif free:
-                pick = next((j for j in queue if j["gpus"] == 2 and not (j.get("group") and j["group"] in busy_groups)),
-                            None)
+                pick = next((j for j in queue if j["gpus"] == 2 and _ready(j)
+                             and not (j.get("group") and j["group"] in busy_groups)), None)
                 # never jump over a waiting 4-GPU job: it would starve
                 if pick is not None and queue.index(pick) < next(
                         (i for i, j in enumerate(queue) if j["gpus"] == 4), len(queue)):
