@@ -180,3 +180,24 @@ def test_a_job_whose_build_failed_is_dropped_with_the_reason(tmp_path: Path, cap
             {"tag": "a2a", "gen": _gen(tmp_path, "a2a"), "gpus": 2}]
     assert [r["tag"] for r in _run(tmp_path, jobs)] == ["a2a"]
     assert "flex dropped" in capsys.readouterr().out and "rc=124" in Path(rc_file).read_text()
+
+
+def test_det_report_names_the_first_iteration_that_differs(tmp_path: Path) -> None:
+    """Bit equality is per iteration: a run equal at the last iteration only is not equal."""
+    import det_report
+
+    def write(name: str, losses: list[float]) -> Path:
+        p = tmp_path / "call" / f"{name}.jsonl"
+        p.parent.mkdir(exist_ok=True)
+        p.write_text("".join(json.dumps({"iteration": i + 1, "loss": x}) + "\n" for i, x in enumerate(losses)))
+        return p
+
+    ref = write("det-a", [10.0, 9.0, 8.0])
+    same = write("det-b", [10.0, 9.0, 8.0])
+    drift = write("det-c", [10.0, 9.000009, 8.0])
+    assert det_report.compare(det_report.losses(ref), det_report.losses(same)) == {
+        "iterations": 3, "equal": 3, "first_diff": None, "max_rel_gap": 0.0}
+    c = det_report.compare(det_report.losses(ref), det_report.losses(drift))
+    assert c["equal"] == 2 and c["first_diff"] == 2 and abs(c["max_rel_gap"] - 1e-6) < 1e-9
+    table = det_report.report(ref, [same, drift])
+    assert "| `call/det-b` | 3/3 | - |" in table and "| `call/det-c` | 2/3 | 2 |" in table

@@ -145,18 +145,19 @@ for phase in "$@"; do
       ;;
     deepep-bg)
       mkdir -p /tmp/i22/deepep
-      (DEEPEP=build PREPARE=skip RUN_BENCH=0 SITE=/tmp/site DEEPEP_SRC="$(compgen -G ".deepep-src/deepep-hybrid-ep-*.tar.gz" | head -1)" \
-        DEEPEP_WHEEL_OUT=/tmp/i22/deepep DEEPEP_BUILD_TIMEOUT="${DEEPEP_BUILD_TIMEOUT:-420}" \
-        bash benchmarks/gpu/run.sh > "${W}/deepep-build.log" 2>&1; rc=$?
-        # the rc file is the slots' gate for the flex jobs: rc=0 only when deep_ep and hybrid_ep import
+      # in its own session (setsid), like the slots: a device call's end must not kill the build
+      DEEPEP_SRC="$(compgen -G ".deepep-src/deepep-hybrid-ep-*.tar.gz" | head -1)" W="${W}" setsid nohup bash -c '
+        DEEPEP=build PREPARE=skip RUN_BENCH=0 SITE=/tmp/site DEEPEP_WHEEL_OUT=/tmp/i22/deepep \
+          DEEPEP_BUILD_TIMEOUT="${DEEPEP_BUILD_TIMEOUT:-420}" bash benchmarks/gpu/run.sh > "${W}/deepep-build.log" 2>&1; rc=$?
+        # the rc file is the slots gate for the flex jobs: rc=0 only when deep_ep and hybrid_ep import
         if [[ ${rc} == 0 ]] && ! python3 -c "import deep_ep, hybrid_ep_cpp" >> "${W}/deepep-build.log" 2>&1; then rc=import; fi
-        echo "rc=${rc}" > "${W}/deepep-build.rc.tmp" && mv "${W}/deepep-build.rc.tmp" "${W}/deepep-build.rc") &
+        echo "rc=${rc}" > "${W}/deepep-build.rc.tmp" && mv "${W}/deepep-build.rc.tmp" "${W}/deepep-build.rc"' > /dev/null 2>&1 &
       deepep_pid=$!
       export DEEPEP_GATE="${W}/deepep-build.rc"   # slots: the DeepEP/HybridEP jobs wait for it
       say "DeepEP build started (pid ${deepep_pid})"
       ;;
     deepep-wait)
-      [[ -n "${deepep_pid:-}" ]] && wait "${deepep_pid}"
+      while [[ ! -f "${W}/deepep-build.rc" ]]; do sleep 5; done
       say "DeepEP build $(cat "${W}/deepep-build.rc" 2>/dev/null): $(grep 'run.sh: deepep' "${W}/deepep-build.log" | tail -1)"
       cp /tmp/deepep-build.log "${W}/deepep-build-detail.log" 2>/dev/null
       cp /tmp/i22/deepep/deep_ep-*.whl "${OUT}/" 2>/dev/null   # outside W: not packed twice
@@ -277,12 +278,14 @@ PY
         --format=csv -lms 1000 > "${W}/smi.csv" 2>/dev/null &)
       # shellcheck disable=SC2086  # DONE is one optional folder
       (setsid nohup python3 "${F}/issue22_slots.py" "${jobs}" --work "${W}" \
-        --deadline "$(( $(date +%s) + ${SLOTS_BUDGET:-1400} ))" --timeout "${RUN_TIMEOUT:-300}" \
+        --deadline "$(( $(date +%s) + ${SLOTS_BUDGET:-1400} ))" --timeout "${RUN_TIMEOUT:-300}" --slots "$(( $(nvidia-smi -L | wc -l) >= 4 ? 2 : 1 ))" \
         ${DONE:+--done "${DONE}"} > "${W}/slots.log" 2>&1 &)
       say "slots started"
       ;;
     wait)   # follow the slots' log until they are done or CALL_END s into this call, packing results as they come
       # a fresh machine (the last one went back) has no slots: say so at once rather than wait out CALL_END
+      # slots started in this call: its log appears within seconds
+      for _ in 1 2 3 4 5 6 7 8 9 10; do [[ -f "${W}/slots.log" || ! -f "${W}/jobs.json" ]] && break; sleep 2; done
       if [[ ! -f "${W}/slots.log" ]]; then say "no slots on this machine (a fresh one?): nothing to wait for"; keep; exit 6; fi
       shown=0
       while [[ ! -f "${W}/slots.done" ]] && (( SECONDS - t0 < ${CALL_END:-570} )); do

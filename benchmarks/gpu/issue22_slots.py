@@ -158,12 +158,17 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--deadline", type=float, required=True, help="epoch seconds: no job starts later")
     ap.add_argument("--done", type=Path, action="append", default=[])
     ap.add_argument("--timeout", type=int, default=300)
+    ap.add_argument("--slots", type=int, choices=(1, 2), default=2,
+                    help="2-GPU slots on this host: 2 on a 4-GPU host, 1 on a 2-GPU host (4-GPU jobs are dropped)")
     args = ap.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     cpus = sorted(os.sched_getaffinity(0))
     half = len(cpus) // 2
-    slots = [Slot("A", "0,1", cpus[:half]), Slot("B", "2,3", cpus[half:])]
+    slots = [Slot("A", "0,1", cpus[:half]), Slot("B", "2,3", cpus[half:])][:args.slots]
     queue = [j for j in json.loads(args.jobs.read_text()) if not _done(j["tag"], args.work, args.done)]
+    if args.slots == 1:
+        print(f"issue22: one slot: 4-GPU jobs dropped: {[j['tag'] for j in queue if j['gpus'] == 4]}", flush=True)
+        queue = [j for j in queue if j["gpus"] == 2]
     print(f"issue22: {len(queue)} jobs to run, deadline in {args.deadline - time.time():.0f} s", flush=True)
     running: list[Running] = []
     while queue or running:
