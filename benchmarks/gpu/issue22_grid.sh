@@ -146,6 +146,7 @@ for phase in "$@"; do
     deepep-bg)
       mkdir -p /tmp/i22/deepep
       # in its own session (setsid), like the slots: a device call's end must not kill the build
+      # shellcheck disable=SC2016  # the script expands its own variables (W and DEEPEP_SRC come through the environment)
       DEEPEP_SRC="$(compgen -G ".deepep-src/deepep-hybrid-ep-*.tar.gz" | head -1)" W="${W}" setsid nohup bash -c '
         DEEPEP=build PREPARE=skip RUN_BENCH=0 SITE=/tmp/site DEEPEP_WHEEL_OUT=/tmp/i22/deepep \
           DEEPEP_BUILD_TIMEOUT="${DEEPEP_BUILD_TIMEOUT:-420}" bash benchmarks/gpu/run.sh > "${W}/deepep-build.log" 2>&1; rc=$?

@@ -12,9 +12,9 @@ A job whose metrics already exist in W or in a --done folder is skipped (a later
 Jobs of one non-empty "group" never run at the same time (HybridEP JIT-compiles its kernels into one
 cache on first use). A job with "needs" (a file path) waits until that file exists and runs only if it
 reads "rc=0" (DeepEP building beside the first runs: the alltoall jobs go first, the flex ones when the
-wheel is in); otherwise it is dropped with the file's words. No job starts after --deadline. Per job, W gets <tag>.jsonl (the generated
-train.py's MOCOMPILE_METRICS rows), <tag>-rank<N>.json (benchsite/sitecustomize.py), <tag>.log.gz and a
-line in runs.jsonl: rc, wall, slot, GPUs, start/end, the tags that overlapped it.
+wheel is in); otherwise it is dropped with the file's words. No job starts after --deadline.
+Per job, W gets <tag>.jsonl (the generated train.py's MOCOMPILE_METRICS rows), <tag>-rank<N>.json
+(benchsite/sitecustomize.py), <tag>.log.gz and a line in runs.jsonl: rc, wall, slot, GPUs, start/end, the tags that overlapped it.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
 
 VERBS = ("compile", "lint", "check", "explain", "schema", "rules", "models", "init", "diagnose", "probe", "tune",
          "rankprobe")
+# verbs that finish in a second or two: the cyclic garbage collector stays off for them (see __main__.py)
+SHORT_VERBS = frozenset({"compile", "lint", "check", "explain", "schema", "rules", "models", "init"})
 
 
 def _parser(**kwargs: Any) -> argparse.ArgumentParser:
@@ -230,6 +233,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
         if args.verb is None:
             build_parser().print_help()
             return EXIT_INPUT
+        if program and args.verb in SHORT_VERBS:
+            gc.disable()  # one short run whose garbage reference counting frees (see __main__.py)
+        elif program:
+            gc.enable()  # probe, measure, tune, ... run for minutes: collect as usual
         from mocompile import commands, lintcache, plancache
         # re-plan and re-lint only what changed (pre-commit runs lint on every commit)
         plancache.ENABLED = lintcache.ENABLED = True

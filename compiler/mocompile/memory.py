@@ -328,7 +328,10 @@ class Estimator:
         self.peak_stage: dict[tuple[Any, ...], int] = {}   # _acts_of's key -> the pipeline stage its peak is on
         self._chunks: dict[tuple[int, int], tuple[tuple[tuple[float, ...], ...], tuple[tuple[float, ...], ...]]] = {}
         self._weights: dict[tuple[int, ...], tuple[Any, ...]] = {}
+        self._ranks: dict[tuple[Any, ...], tuple[Any, ...]] = {}   # _weights_of's per-rank weighing
+        self._sums: dict[tuple[int, int], tuple[tuple[float, float], ...]] = {}
         self._acts: dict[tuple[Any, ...], tuple[float, ...]] = {}
+        self._flight: dict[tuple[Any, ...], tuple[tuple[Any, ...], ...]] = {}
         self._per_token: dict[tuple[Any, ...], float] = {}
         self._n_scopes: dict[tuple[str, ...], float] = {}
 
@@ -371,6 +374,15 @@ class Estimator:
         self._chunks[key] = hit
         return hit
 
+    def _rank_sums(self, pp: int, vpp: int) -> tuple[tuple[float, float], ...]:
+        """Per pipeline rank: (its layers, its dense layers) by the layout."""
+        key = (pp, vpp)
+        hit = self._sums.get(key)
+        if hit is None:
+            ranks, dense = self.stage_chunks(pp, vpp)
+            hit = self._sums[key] = tuple((sum(ranks[r]), sum(dense[r])) for r in range(pp))
+        return hit
+
     def _weights_of(self, tp: int, pp: int, cp: int, ep: int, etp: int, vpp: int = 1) -> tuple[Any, ...]:
         key = (tp, pp, cp, ep, etp, vpp)
         hit = self._weights.get(key)
@@ -379,7 +391,6 @@ class Estimator:
         m, p, world = self.m, self.p, self.world
         dp = max(1, world // (tp * pp * cp))
         edp = max(1, world // (ep * etp * pp))
-        ranks, dense_chunks = self.stage_chunks(pp, vpp)
         n_dense = m.get("first_k_dense", 0)
         grad, opt, st, off, fp8m = self.grad, self.opt, self.opt_state, self.offload, self.fp8_master
         emb = p["embedding"] / 2 / tp if pp > 1 else p["embedding"] / tp
@@ -395,11 +406,17 @@ class Estimator:
         # what exists only while Adam steps, per parameter of the optimizer shard (optimizer_state.step_bytes)
         step_per = step_bytes(st, off, fp8m, main_grad_copies=grad == 2) if opt != "muon" else 0.0
 
-        def weigh(r: int) -> tuple[Any, ...]:
-            """Weights, gradients and optimizer state of pipeline rank r (its layers by the layout)."""
-            layers_rank = sum(ranks[r])
+        def weigh(layers_rank: float, dense_here: float) -> tuple[Any, ...]:
+            """Weights, gradients and optimizer state of a pipeline rank with ``layers_rank`` layers, ``dense_here``
+            of them dense: the same for every rank, layout and virtual-stage count that give it those."""
+            rank_key = (tp, pp, cp, ep, etp, layers_rank, dense_here)
+            done = self._ranks.get(rank_key)
+            if done is None:
+                done = self._ranks[rank_key] = weigh_layers(layers_rank, dense_here)
+            return done
+
+        def weigh_layers(layers_rank: float, dense_here: float) -> tuple[Any, ...]:
             # its dense layers carry the dense MLP, its MoE layers the router, shared expert and experts
-            dense_here = sum(dense_chunks[r])
             moe_share = (layers_rank - dense_here) / max(1, m["num_layers"] - n_dense)
             share = layers_rank / m["num_layers"]
             dense = (p["attention"] * share + p["dense_mlp"] * (dense_here / n_dense if n_dense else 0.0)
@@ -420,10 +437,12 @@ class Estimator:
             step = (dense / dp + experts / edp) * step_per
             return (dp, layers_rank, dense, experts, weights, unfused_wgrad, step)
 
+        sums = self._rank_sums(pp, vpp)
         if self.stage is not None:
-            hit = weigh(min(self.stage, pp - 1))
-        else:  # the heaviest rank's (with the activations' heaviest rank, an upper bound on any one rank's sum)
-            hit = max((weigh(r) for r in range(pp)), key=lambda w: w[4])
+            hit = weigh(*sums[min(self.stage, pp - 1)])
+        else:  # the heaviest rank's (with the activations' heaviest rank, an upper bound on any one rank's sum);
+            # ranks with the same layers weigh the same: each distinct one once, the first of the heaviest kept
+            hit = max((weigh(*pair) for pair in dict.fromkeys(sums)), key=lambda w: w[4])
         self._weights[key] = hit
         return hit
 
@@ -532,31 +551,15 @@ class Estimator:
         per_mix = per_layer_of("mix") if mixed else 0.0
         per_dense, per_moe = (0.0, 0.0) if mixed else (per_layer_of("dense"), per_layer_of("moe"))
         best: tuple[float, ...] | None = None   # (acts + logits, acts, in_flight, rank) of the most-loaded rank
-        for r in (range(pp) if self.stage is None else (min(self.stage, pp - 1),)):
-            # Layer-activations in flight at the schedule's peak on rank r, in layer x micro-batch units.
-            # Megatron-Core's interleaved 1F1B (schedules.py, get_pp_rank_microbatches) runs (pp - r - 1) * 2 +
-            # (vpp - 1) * pp warm-up chunk forwards, then one more before the first backward; forward k runs chunk
-            # (k // pp) % vpp. Plain 1F1B keeps min(pp - r, micro-batches) whole micro-batches on rank r. Combined 1F1B
-            # (EP overlap) frees micro-batch i layer by layer while i+1 allocates: measured +8 % peak on 2x H100
-            # without a pipeline (~0.15 of a micro-batch); with a pipeline its warm-up runs one chunk more.
-            chunks, dchunks = ranks[r], dense[r]
-            last = r == pp - 1
-            if pp == 1 or (vpp == 1 and last):
-                mbs = 1 + (OVERLAP_EXTRA if overlap else 0.0)
-                lm, ld = sum(chunks) * mbs, sum(dchunks) * mbs
-            elif vpp == 1:
-                mbs = min(pp - r, m_total) + (1 if overlap else 0)
-                lm, ld = sum(chunks) * mbs, sum(dchunks) * mbs
-            else:
-                forwards = min(m_total * vpp, 2 * (pp - r - 1) + (vpp - 1) * pp + 1 + (1 if overlap else 0))
-                lm, ld = _layer_microbatches(chunks, pp, forwards), _layer_microbatches(dchunks, pp, forwards)
+        remat = self._bytes_per_token((), False) * tokens if full else 0.0  # one layer is rematerialised at a time
+        for r, lm, ld, layers, last in self._in_flight(pp, vpp, m_total, overlap):
             # a dense layer priced as itself: with `mlp` recomputed it keeps a tenth of a MoE layer's activations
             acts_r = per_mix * lm if mixed else per_dense * ld + per_moe * (lm - ld)
-            if full:  # one layer is rematerialised at a time
-                acts_r += self._bytes_per_token((), False) * tokens
+            if full:
+                acts_r += remat
             logits_r = logits_full if last else 0.0
             if best is None or acts_r + logits_r > best[0] + 1e-6:
-                best = (acts_r + logits_r, acts_r, lm / max(1.0, sum(chunks)), r)
+                best = (acts_r + logits_r, acts_r, lm / max(1.0, layers), r)
                 logits = logits_r
         assert best is not None
         acts, in_flight = best[1], best[2]
@@ -564,6 +567,38 @@ class Estimator:
         if self.impl == "transformer_engine":
             acts, logits = acts * TE_ACTIVATION_FACTOR, logits * TE_ACTIVATION_FACTOR
         hit = self._acts[key] = (tokens, in_flight, acts, logits)
+        return hit
+
+    def _in_flight(self, pp: int, vpp: int, m_total: int, overlap: bool) -> tuple[tuple[Any, ...], ...]:
+        """Per pipeline rank weighed by ``_acts_of``: (rank, layer x micro-batch units in flight at the schedule's
+        peak, the dense ones among them, the rank's layers, whether it is the last stage). They depend on the
+        schedule alone (not on TP, CP or the recompute rung), so the search's thousands of candidates share them.
+
+        Megatron-Core's interleaved 1F1B (schedules.py, get_pp_rank_microbatches) runs (pp - r - 1) * 2 +
+        (vpp - 1) * pp warm-up chunk forwards, then one more before the first backward; forward k runs chunk
+        (k // pp) % vpp. Plain 1F1B keeps min(pp - r, micro-batches) whole micro-batches on rank r. Combined 1F1B
+        (EP overlap) frees micro-batch i layer by layer while i+1 allocates: measured +8 % peak on 2x H100
+        without a pipeline (~0.15 of a micro-batch); with a pipeline its warm-up runs one chunk more."""
+        key = (pp, vpp, m_total, bool(overlap))
+        hit = self._flight.get(key)
+        if hit is not None:
+            return hit
+        ranks, dense = self.stage_chunks(pp, vpp)
+        rows = []
+        for r in (range(pp) if self.stage is None else (min(self.stage, pp - 1),)):
+            chunks, dchunks = ranks[r], dense[r]
+            last = r == pp - 1
+            if pp == 1 or (vpp == 1 and last):
+                mbs: float = 1 + (OVERLAP_EXTRA if overlap else 0.0)
+                lm, ld = sum(chunks) * mbs, sum(dchunks) * mbs
+            elif vpp == 1:
+                mbs = min(pp - r, m_total) + (1 if overlap else 0)
+                lm, ld = sum(chunks) * mbs, sum(dchunks) * mbs
+            else:
+                forwards = min(m_total * vpp, 2 * (pp - r - 1) + (vpp - 1) * pp + 1 + (1 if overlap else 0))
+                lm, ld = _layer_microbatches(chunks, pp, forwards), _layer_microbatches(dchunks, pp, forwards)
+            rows.append((r, lm, ld, sum(chunks), last))
+        hit = self._flight[key] = tuple(rows)
         return hit
 
     def _buffers(self, ep: int, etp: int, backend: str | None, ranks: int | None) -> float:
@@ -623,6 +658,11 @@ class Estimator:
         allocated, step_extra = _allocated(weights, acts, logits, graphs, unfused_wgrad, step)
         total = allocated + buffers + WORKSPACE_GIB * GIB
         return allocated, total, weights, acts, logits, buffers, graphs, dense, experts, in_flight, step_extra
+
+    def floor_gib(self, tp: int, pp: int, vpp: int, ep: int, etp: int, cp: int) -> float:
+        """A layout's least ``total_gib`` at any recompute rung, dispatcher, overlap or graph scope: its weights,
+        gradients and optimizer state and the NCCL workspace (activations, buffers and graphs only add)."""
+        return (self._weights_of(tp, pp, cp, ep, etp, vpp)[4] + WORKSPACE_GIB * GIB) / GIB
 
     def knobs(self, tp: int, pp: int, vpp: int, ep: int, etp: int, cp: int, overlap: bool, backend: str | None,
               ranks: int | None, graph_impl: str, graph_scopes: tuple[str, ...] | None = None,

@@ -17,6 +17,7 @@ import functools
 import itertools
 import math
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -45,11 +46,19 @@ class Scored:
 
     cand: Candidate
     est: StepEstimate
-    mem: dict[str, Any]
+    _mem: dict[str, Any] | Callable[[], dict[str, Any]]  # the estimate, or how to make it when first read
     fits: bool
     anchor: str | None = None      # the label of the reference plan this is (resolve/reference.py), if one
     broken: list[str] | None = None
     kind: str | None = None        # shipped | near | defaults: what that reference rests on
+
+    @property
+    def mem(self) -> dict[str, Any]:
+        """The memory estimate: made on first read, since a search scores hundreds of plans whose fit test
+        needs only the total (``Scorer.total_gib``) and reports the parts of a handful."""
+        if callable(self._mem):
+            self._mem = self._mem()
+        return self._mem
 
     @property
     def step(self) -> float:
@@ -379,6 +388,10 @@ class Scorer:
         self._steps = steptime.StepModel(ctx.model, self.hw, self.batch, self.world)  # memoises per knob too
         self._checks: dict[tuple[Any, ...], list[tuple[str, Any]]] = {}
 
+    @property
+    def estimator(self) -> memory.Estimator:
+        return self._estimator
+
     def config(self, cand: Candidate) -> dict[str, Any]:
         cfg = dict(self.base)
         cfg.update(settings(self.ctx, cand, self.world))
@@ -432,9 +445,8 @@ class Scorer:
 
     def score(self, cand: Candidate, anchor: str | None = None) -> Scored:
         self.count += 1
-        mem = self.memory(cand)
         est = self._steps.estimate(cand)
-        return Scored(cand, est, mem, self.fits(cand, mem["total_gib"]), anchor)
+        return Scored(cand, est, lambda: self.memory(cand), self.fits(cand, self.total_gib(cand)), anchor)
 
     def fits(self, cand: Candidate, total_gib: float) -> bool:
         """Under the headroom, or, for a shipped recipe run as shipped, under its measured limit (what MEM001
@@ -493,12 +505,17 @@ class Scorer:
 
 
 def _at_rung(cand: Candidate, rung: Rung) -> Candidate:
-    """``replace(cand, recompute=rung)`` for the search's hot path: a copy of the fields with the rung changed
+    """``replace(cand, recompute=rung)`` for the search's hot path (``_with``)."""
+    return _with(cand, recompute=rung)
+
+
+def _with(cand: Candidate, **fields: Any) -> Candidate:
+    """``replace(cand, **fields)`` for the search's hot path: a copy of the fields with some changed
     (``Candidate`` has no ``__post_init__`` and every field is an init field), without ``dataclasses.replace``'s
     per-field checks, which cost the 1024-GPU search about 6 ms."""
     new = object.__new__(Candidate)
     new.__dict__.update(cand.__dict__)
-    new.__dict__["recompute"] = rung
+    new.__dict__.update(fields)
     return new
 
 
@@ -529,11 +546,14 @@ def _stand_in(sc: Scorer, cand: Candidate, frugal: tuple[str, bool, bool, str],
               rungs_by_ov: dict[bool, list[Rung]]) -> Candidate:
     """A layout's stage-1 representative: its default knobs at the lightest fitting recompute rung, or,
     only when that does not fit, the frugal knobs at theirs (which may still not fit)."""
-    cand = sc.lightest_fitting(cand, rungs_by_ov[cand.overlap])
-    if sc.total_gib(cand) > sc.limit:
-        cand = sc.lightest_fitting(replace(cand, dispatcher=frugal[0], overlap=frugal[1], delay_wgrad=frugal[2],
-                                           graphs=frugal[3], recompute=(None,) * 4), rungs_by_ov[frugal[1]])
-    return cand
+    # a layout whose weights alone are over the limit fits with no knobs: straight to the frugal ones (a 1024-GPU
+    # search has hundreds of such layouts; rounding of the total to 0.01 GiB is inside the 0.01 margin)
+    if sc.estimator.floor_gib(cand.tp, cand.pp, cand.vpp, cand.ep, cand.etp, cand.cp) <= sc.limit + 0.01:
+        cand = sc.lightest_fitting(cand, rungs_by_ov[cand.overlap])
+        if sc.total_gib(cand) <= sc.limit:
+            return cand
+    return sc.lightest_fitting(_with(cand, dispatcher=frugal[0], overlap=frugal[1], delay_wgrad=frugal[2],
+                                     graphs=frugal[3], recompute=(None,) * 4), rungs_by_ov[frugal[1]])
 
 
 def match_anchor(ctx: Context) -> dict[str, Any] | None:
