@@ -87,6 +87,49 @@ def test_the_lightest_fitting_rung_is_the_first_one_that_fits(dsv3):
             assert sc.total_gib(got) == memory.estimate(dsv3.model, sc.config(got))["total_gib"]
 
 
+@pytest.mark.parametrize("which", ["dsv3", "fp8"])
+def test_a_layouts_floor_is_under_every_estimate_of_it(which, dsv3, tmp_path):
+    """``floor_gib`` (weights, gradients, optimizer state and the NCCL workspace) is what lets the search skip a
+    layout's knobs and rungs: it must not exceed the total of any candidate of that layout."""
+    if which == "dsv3":
+        ctx = dsv3
+    else:
+        path = tmp_path / "q.yaml"
+        path.write_text("schema: 1\nmodel: qwen3-30b-a3b\nhardware: {gpu: b200, nodes: 2}\ngoal: throughput\n"
+                        "training: {seq_length: 4096, micro_batch_size: 2, global_batch_size: 512, precision: mxfp8}\n")
+        ctx = ctx_of(path)
+    sc = search.Scorer(ctx)
+    cands = candidates(ctx)
+    for cand in cands:
+        floor = sc.estimator.floor_gib(cand.tp, cand.pp, cand.vpp, cand.ep, cand.etp, cand.cp)
+        total = memory.estimate(ctx.model, sc.config(cand))["total_gib"]
+        assert floor <= total + 0.005, cand  # the total is rounded to 0.01 GiB
+    # and it is tight: the weights are most of a weight-bound layout's total
+    assert any(sc.estimator.floor_gib(c.tp, c.pp, c.vpp, c.ep, c.etp, c.cp) > sc.limit for c in cands) or which != "dsv3"
+
+
+@pytest.mark.parametrize("goal", ["throughput", "fit"])
+def test_skipping_the_weight_bound_layouts_changes_no_search_result(goal, tmp_path, monkeypatch):
+    """A 1024-GPU DeepSeek-V3 search has hundreds of layouts whose weights alone are over the limit; the search
+    gives them no knobs and makes their stand-ins only when the unfit are ranked. With the floor forced to 0 (every
+    layout searched the long way) the result is the same, plan for plan and score for score."""
+    path = tmp_path / "big.yaml"
+    path.write_text(f"schema: 1\nmodel: deepseek-v3\nhardware: {{gpu: h100, nodes: 128}}\ngoal: {goal}\n"
+                    "training: {seq_length: 4096, micro_batch_size: 1, global_batch_size: 16384}\n")
+    ctx = ctx_of(path)
+
+    def digest(res):
+        plans = [res.winner, *res.runners_up, *res.excluded]
+        return [(s.cand, s.step, s.mem["total_gib"], s.fits, s.broken) for s in plans], res.scored
+
+    fast = search._search_pinned(ctx)
+    skipped = sum(search.Scorer(ctx).estimator.floor_gib(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp)
+                  > search.Scorer(ctx).limit + 0.01 for lay in search.layouts_for(ctx, ctx["world_size"]))
+    assert skipped > 100  # the case this is about
+    monkeypatch.setattr(memory.Estimator, "floor_gib", lambda self, *lay: 0.0)
+    assert digest(search._search_pinned(ctx)) == digest(fast)
+
+
 def test_the_rule_check_stops_once_the_verdict_is_settled(dsv3, monkeypatch):
     """Best first until four are legal and three excluded (or the anchor is checked): the excluded are the
     first broken candidates in rank order, the winner and runners-up the first legal ones."""

@@ -833,18 +833,25 @@ def _search_pinned(ctx: Context) -> SearchResult:
     # 1. every layout with its default knobs and lightest fitting rung -> a shortlist of layouts.
     # The step model runs only on layouts that fit; the others are scored only if none fits.
     first: list[Scored] = []
-    unfit: list[Candidate] = []
     frugal = _frugal_knob(knobs)
     defaults = {group: _default_knob(ctx, knobs, group) for group in (1, 2)}  # it reads only whether EP*ETP > 1
+    # in layout order; a layout whose weights alone are over the limit (``floor_gib``) fits with no knobs: its
+    # stand-in is made only if the unfit are ranked (a 1024-GPU search has hundreds; rounding to 0.01 GiB is inside
+    # the margin)
+    unfit_or_heavy: list[tuple[Candidate, bool]] = []
     for lay in layouts_for(ctx, sc.world):
         disp, ov, dw, graphs = defaults[2 if lay.ep * lay.etp > 1 else 1]
-        cand = _stand_in(sc, Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, disp, ov, dw, (None,) * 4,
-                                       graphs), frugal, rungs_by_ov)
+        cand = Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, disp, ov, dw, (None,) * 4, graphs)
+        if sc.estimator.floor_gib(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp) > sc.limit + 0.01:
+            unfit_or_heavy.append((cand, True))
+            continue
+        cand = _stand_in(sc, cand, frugal, rungs_by_ov)
         if sc.total_gib(cand) > sc.limit:
-            unfit.append(cand)
+            unfit_or_heavy.append((cand, False))
             continue
         first.append(sc.score(cand))
     if ctx.goal == "fit" or len(first) < LAYOUT_SHORTLIST:
+        unfit = [_stand_in(sc, cand, frugal, rungs_by_ov) if heavy else cand for cand, heavy in unfit_or_heavy]
         unfit.sort(key=sc.total_gib)
         first += [sc.score(c) for c in unfit[:LAYOUT_SHORTLIST]]
     first.sort(key=_rank_key(ctx.goal, first))
