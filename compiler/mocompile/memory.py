@@ -671,13 +671,15 @@ class Estimator:
         are the same at every rung."""
         dp, layers_rank, _, _, weights, unfused_wgrad, step = self._weights_of(tp, pp, cp, ep, etp, vpp)
         return (tp, pp, vpp, cp, dp, layers_rank, weights, unfused_wgrad, self._buffers(ep, etp, backend, ranks),
-                overlap, graph_impl, graph_scopes, step, shared)
+                overlap, graph_impl, graph_scopes, step, self.shared_overlap if shared is None else bool(shared))
 
     def total_gib(self, knobs: tuple[Any, ...], granularity: Any, modules: tuple[str, ...]) -> float:
         """``estimate(...)["total_gib"]`` (what a fit test reads) of ``knobs`` at one recompute rung."""
         tp, pp, vpp, cp, dp, layers_rank, weights, unfused_wgrad, buffers, overlap, graph_impl, scopes, step, shared = knobs
-        tokens, _, acts, logits = self._acts_of(tp, pp, vpp, cp, dp, layers_rank, granularity, modules, overlap,
-                                                shared)
+        # ``_acts_of``'s cache read inline (``knobs`` resolved ``shared``): the search asks thousands of times
+        hit = self._acts.get((tp, pp, vpp, cp, granularity, modules, overlap, shared))
+        tokens, _, acts, logits = hit if hit is not None else self._acts_of(
+            tp, pp, vpp, cp, dp, layers_rank, granularity, modules, overlap, shared)
         graphs = self._graphs(graph_impl, acts, layers_rank, overlap, tokens, scopes)
         allocated, _ = _allocated(weights, acts, logits, graphs, unfused_wgrad, step)  # as in _parts
         return round((allocated + buffers + WORKSPACE_GIB * GIB) / GIB, 2)
