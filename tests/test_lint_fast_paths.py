@@ -49,17 +49,21 @@ def dsv3(tmp_path_factory):
     return ctx_of(path)
 
 
+def ctx_named(which, dsv3, tmp_path):
+    """The contexts these tests sweep: DeepSeek-V3 on 256 H100s, the tiny local recipe, Qwen3-30B in MXFP8."""
+    if which == "dsv3":
+        return dsv3
+    if which == "tiny-local":
+        return ctx_of(ROOT / "recipes" / "tiny-moe-h100x2.yaml")
+    path = tmp_path / "q.yaml"
+    path.write_text("schema: 1\nmodel: qwen3-30b-a3b\nhardware: {gpu: b200, nodes: 2}\ngoal: throughput\n"
+                    "training: {seq_length: 4096, micro_batch_size: 2, global_batch_size: 512, precision: mxfp8}\n")
+    return ctx_of(path)
+
+
 @pytest.mark.parametrize("which", ["dsv3", "tiny-local", "fp8"])
 def test_the_memoised_models_equal_the_one_shot_estimates(which, dsv3, tmp_path):
-    if which == "dsv3":
-        ctx = dsv3
-    elif which == "tiny-local":
-        ctx = ctx_of(ROOT / "recipes" / "tiny-moe-h100x2.yaml")
-    else:
-        path = tmp_path / "q.yaml"
-        path.write_text("schema: 1\nmodel: qwen3-30b-a3b\nhardware: {gpu: b200, nodes: 2}\ngoal: throughput\n"
-                        "training: {seq_length: 4096, micro_batch_size: 2, global_batch_size: 512, precision: mxfp8}\n")
-        ctx = ctx_of(path)
+    ctx = ctx_named(which, dsv3, tmp_path)
     sc = search.Scorer(ctx)
     cands = candidates(ctx)
     assert len(cands) > 20
@@ -91,13 +95,7 @@ def test_the_lightest_fitting_rung_is_the_first_one_that_fits(dsv3):
 def test_a_layouts_floor_is_under_every_estimate_of_it(which, dsv3, tmp_path):
     """``floor_gib`` (weights, gradients, optimizer state and the NCCL workspace) is what lets the search skip a
     layout's knobs and rungs: it must not exceed the total of any candidate of that layout."""
-    if which == "dsv3":
-        ctx = dsv3
-    else:
-        path = tmp_path / "q.yaml"
-        path.write_text("schema: 1\nmodel: qwen3-30b-a3b\nhardware: {gpu: b200, nodes: 2}\ngoal: throughput\n"
-                        "training: {seq_length: 4096, micro_batch_size: 2, global_batch_size: 512, precision: mxfp8}\n")
-        ctx = ctx_of(path)
+    ctx = ctx_named(which, dsv3, tmp_path)
     sc = search.Scorer(ctx)
     cands = candidates(ctx)
     for cand in cands:
