@@ -10,6 +10,7 @@ measured peaks (benchmarks/results/RESULTS.md).
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import os
 from typing import Any
@@ -366,7 +367,7 @@ class Estimator:
         text = self.layout if legal else layouts.default(pp, vpp, n, mtp)
         counts = [float(st.count("t")) for st in layouts.expand(text)] if text else \
             [math.ceil(n / pp) / vpp] * (pp * vpp)
-        starts = [sum(counts[:i]) for i in range(len(counts))]
+        starts = [0.0, *itertools.accumulate(counts)][:-1]  # layers before each stage (linear: PP x VPP may be 65536)
         dense = self.m.get("first_k_dense", 0)
         dense_in = [max(0.0, min(counts[i], dense - starts[i])) for i in range(len(counts))]
         hit = (tuple(tuple(counts[j * pp + r] for j in range(vpp)) for r in range(pp)),
