@@ -585,20 +585,21 @@ class Estimator:
         if hit is not None:
             return hit
         ranks, dense = self.stage_chunks(pp, vpp)
+        sums = self._rank_sums(pp, vpp)
         rows = []
         for r in (range(pp) if self.stage is None else (min(self.stage, pp - 1),)):
-            chunks, dchunks = ranks[r], dense[r]
+            layers, dense_layers = sums[r]
             last = r == pp - 1
             if pp == 1 or (vpp == 1 and last):
                 mbs: float = 1 + (OVERLAP_EXTRA if overlap else 0.0)
-                lm, ld = sum(chunks) * mbs, sum(dchunks) * mbs
+                lm, ld = layers * mbs, dense_layers * mbs
             elif vpp == 1:
                 mbs = min(pp - r, m_total) + (1 if overlap else 0)
-                lm, ld = sum(chunks) * mbs, sum(dchunks) * mbs
+                lm, ld = layers * mbs, dense_layers * mbs
             else:
                 forwards = min(m_total * vpp, 2 * (pp - r - 1) + (vpp - 1) * pp + 1 + (1 if overlap else 0))
-                lm, ld = _layer_microbatches(chunks, pp, forwards), _layer_microbatches(dchunks, pp, forwards)
-            rows.append((r, lm, ld, sum(chunks), last))
+                lm, ld = _layer_microbatches(ranks[r], pp, forwards), _layer_microbatches(dense[r], pp, forwards)
+            rows.append((r, lm, ld, layers, last))
         hit = self._flight[key] = tuple(rows)
         return hit
 

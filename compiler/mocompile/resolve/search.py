@@ -392,6 +392,11 @@ class Scorer:
     def estimator(self) -> memory.Estimator:
         return self._estimator
 
+    def weight_bound(self, cand: Candidate) -> bool:
+        """Are the layout's weights alone (``memory.Estimator.floor_gib``) over the limit? Then no knob, rung or
+        scope fits it (the 0.01 margin covers the total's rounding to 0.01 GiB)."""
+        return self._estimator.floor_gib(cand.tp, cand.pp, cand.vpp, cand.ep, cand.etp, cand.cp) > self.limit + 0.01
+
     def config(self, cand: Candidate) -> dict[str, Any]:
         cfg = dict(self.base)
         cfg.update(settings(self.ctx, cand, self.world))
@@ -482,7 +487,7 @@ class Scorer:
                 total = t
         self._fit[(cand.tp, cand.pp, cand.vpp, cand.ep, cand.etp, cand.cp, pick, cand.overlap, cand.dispatcher,
                    cand.graphs)] = total
-        return out or _at_rung(cand, pick)
+        return out or _with(cand, recompute=pick)
 
     def check(self, s: Scored) -> list[str]:
         if s.broken is None:
@@ -502,11 +507,6 @@ class Scorer:
             found = self._checks[stack] = [(r.id, CHECKS[r.id]) for r in rules()
                                            if r.severity == "error" and r.id != "MEM001" and r.applies(cfg)]
         return found
-
-
-def _at_rung(cand: Candidate, rung: Rung) -> Candidate:
-    """``replace(cand, recompute=rung)`` for the search's hot path (``_with``)."""
-    return _with(cand, recompute=rung)
 
 
 def _with(cand: Candidate, **fields: Any) -> Candidate:
@@ -546,9 +546,8 @@ def _stand_in(sc: Scorer, cand: Candidate, frugal: tuple[str, bool, bool, str],
               rungs_by_ov: dict[bool, list[Rung]]) -> Candidate:
     """A layout's stage-1 representative: its default knobs at the lightest fitting recompute rung, or,
     only when that does not fit, the frugal knobs at theirs (which may still not fit)."""
-    # a layout whose weights alone are over the limit fits with no knobs: straight to the frugal ones (a 1024-GPU
-    # search has hundreds of such layouts; rounding of the total to 0.01 GiB is inside the 0.01 margin)
-    if sc.estimator.floor_gib(cand.tp, cand.pp, cand.vpp, cand.ep, cand.etp, cand.cp) <= sc.limit + 0.01:
+    # a layout whose weights alone are over the limit fits with no knobs: straight to the frugal ones
+    if not sc.weight_bound(cand):
         cand = sc.lightest_fitting(cand, rungs_by_ov[cand.overlap])
         if sc.total_gib(cand) <= sc.limit:
             return cand
@@ -835,14 +834,13 @@ def _search_pinned(ctx: Context) -> SearchResult:
     first: list[Scored] = []
     frugal = _frugal_knob(knobs)
     defaults = {group: _default_knob(ctx, knobs, group) for group in (1, 2)}  # it reads only whether EP*ETP > 1
-    # in layout order; a layout whose weights alone are over the limit (``floor_gib``) fits with no knobs: its
-    # stand-in is made only if the unfit are ranked (a 1024-GPU search has hundreds; rounding to 0.01 GiB is inside
-    # the margin)
+    # in layout order; a layout whose weights alone are over the limit (``Scorer.weight_bound``) fits with no knobs:
+    # its stand-in is made only if the unfit are ranked (a 1024-GPU search has hundreds)
     unfit_or_heavy: list[tuple[Candidate, bool]] = []
     for lay in layouts_for(ctx, sc.world):
         disp, ov, dw, graphs = defaults[2 if lay.ep * lay.etp > 1 else 1]
         cand = Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, disp, ov, dw, (None,) * 4, graphs)
-        if sc.estimator.floor_gib(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp) > sc.limit + 0.01:
+        if sc.weight_bound(cand):
             unfit_or_heavy.append((cand, True))
             continue
         cand = _stand_in(sc, cand, frugal, rungs_by_ov)
