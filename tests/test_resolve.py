@@ -116,6 +116,39 @@ def test_deepep_is_never_chosen_on_gb200():
     assert p["moe_flex_dispatcher_backend"] != "deepep"
 
 
+KIMI_B300 = """schema: 1
+model: kimi-k2
+hardware: {gpu: b300, nodes: 32}
+goal: throughput
+training: {seq_length: 4096, micro_batch_size: 1, global_batch_size: 4096, precision: fp8-cs}
+moe: {force_balance: true}
+"""
+
+
+def _disp(p):
+    return p["moe_flex_dispatcher_backend"] if p["moe_token_dispatcher_type"] == "flex" else p["moe_token_dispatcher_type"]
+
+
+def test_deepep_across_blackwell_nvl8_nodes_is_never_picked_but_a_pin_is_kept_with_dsp016(tmp_path, monkeypatch):
+    """DeepEP's internode kernels time out or fault on B200/B300 in NVIDIA's own runs (Megatron-Bridge issue 5067,
+    PR 6021): the planner leaves them out unless pinned, and a pin keeps DeepEP with the DSP016 warning."""
+    path = tmp_path / "kimi-b300.yaml"
+    path.write_text(KIMI_B300)
+    p = plan_of(path)
+    group = p["expert_model_parallel_size"] * p["expert_tensor_parallel_size"]
+    assert group > 8, "the case must span nodes, else it tests nothing"
+    assert _disp(p) != "deepep"
+    assert "deepep not offered across these nodes (DSP016" in p.settings["moe_token_dispatcher_type"].reason
+    # the premise: the step-time model alone would take DeepEP here
+    monkeypatch.setattr(search, "deepep_internode_fragile", lambda *a: False)
+    assert _disp(plan_of(path)) == "deepep"
+    monkeypatch.undo()
+    r = analyse(str(path), overrides({"moe.dispatcher": "deepep", "parallelism.ep": 16}))
+    assert not r.errors
+    assert _disp(r.plan) == "deepep"
+    assert "DSP016" in {d.rule for d in r.diagnostics if d.severity == "warning"}
+
+
 def test_hybridep_on_nvl72_derives_the_domain_environment():
     p = plan_of(RECIPES / "qwen3-235b-a22b-gb200.yaml", **{"moe.dispatcher": "hybridep"})
     assert p.env["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"].value == str(p["hybridep_ranks_per_domain"])

@@ -184,6 +184,18 @@ BOUNDARIES = [
      dict(**FLEX_DEEPEP, expert_model_parallel_size=8, world_size=16)),
     ("DSP006", dict(**FLEX_DEEPEP, expert_model_parallel_size=16, world_size=16),
      dict(**FLEX_DEEPEP, expert_model_parallel_size=4, world_size=16)),
+    # DSP016 DeepEP past one node on Blackwell NVL8: a group of 16 over 8-GPU nodes warns, 8 (one node) does not;
+    # the same group on Hopper does not (DSP006's general internode note covers it), nor HybridEP on Blackwell
+    ("DSP016", dict(**FLEX_DEEPEP, expert_model_parallel_size=16, world_size=16, gpu_arch="blackwell"),
+     dict(**FLEX_DEEPEP, expert_model_parallel_size=8, world_size=16, gpu_arch="blackwell")),
+    ("DSP016", dict(**FLEX_DEEPEP, expert_model_parallel_size=16, world_size=16, gpu_arch="blackwell"),
+     dict(**FLEX_DEEPEP, expert_model_parallel_size=16, world_size=16, gpu_arch="hopper")),
+    ("DSP016", dict(**FLEX_DEEPEP, expert_model_parallel_size=16, world_size=16, gpu_arch="blackwell"),
+     dict(**FLEX_HYBRIDEP, expert_model_parallel_size=16, world_size=16, gpu_arch="blackwell")),
+    # ETP counts in the group: EP 8 x ETP 2 spans two nodes
+    ("DSP016", dict(**FLEX_DEEPEP, expert_model_parallel_size=8, expert_tensor_parallel_size=2, world_size=16,
+                    gpu_arch="blackwell"),
+     dict(**FLEX_DEEPEP, expert_model_parallel_size=8, world_size=16, gpu_arch="blackwell")),
     ("DSP007", dict(moe_shared_expert_overlap=True, moe_shared_expert_intermediate_size=512,
                     moe_token_dispatcher_type="allgather"),
      dict(moe_shared_expert_overlap=True, moe_shared_expert_intermediate_size=512)),

@@ -25,7 +25,7 @@ from mocompile import layout as layouts
 from mocompile import memory, plancache, steptime
 from mocompile.datafiles import load_yaml
 from mocompile.resolve.context import Context
-from mocompile.rules.checks import ncclep_unavailable, package_missing
+from mocompile.rules.checks import deepep_internode_fragile, ncclep_unavailable, package_missing
 from mocompile.rules.engine import VERSION_KEYS, rules
 from mocompile.steptime import Batch, Candidate, StepEstimate
 
@@ -189,6 +189,14 @@ def _dispatchers(ctx: Context) -> list[str]:
     return ["alltoall"] + [b for b in ("hybridep", "deepep", "ncclep") if b in ctx["gpu_flex_backends"]
                            and package_missing(b, ctx["cluster_missing"]) is None
                            and (b != "ncclep" or ncclep_unavailable(ctx) is None)]
+
+
+def _knobs_for_group(ctx: Context, knobs: list[tuple[str, bool, bool, str]], group: int) -> list[tuple[str, bool, bool, str]]:
+    """``knobs`` for a layout whose expert group has ``group`` ranks: without DeepEP where its internode kernels
+    are known to fail (DSP016: across the NVLink nodes of B200/B300) unless the user pinned it."""
+    if pinned_value(ctx, "moe", "dispatcher") is None and deepep_internode_fragile(ctx, "deepep", group):
+        return [k for k in knobs if k[0] != "deepep"]
+    return knobs
 
 
 def _bools(ctx: Context, path: tuple[str, str], goal_default: list[bool]) -> list[bool]:
@@ -693,6 +701,9 @@ def effects(ctx: Context, res_winner: Scored) -> dict[str, str]:
         if disp == "ncclep" and (rule := ncclep_unavailable(ctx)):
             alts.append(f"ncclep not offered (the target stack has no NCCL EP: {rule})")
             continue
+        if disp == "deepep" and not _knobs_for_group(ctx, [("deepep", False, False, "none")], w.cand.ep * w.cand.etp):
+            alts.append("deepep not offered across these nodes (DSP016: its internode kernels fail on this GPU)")
+            continue
         d = _flip(sc, w, dispatcher=disp, num_sms=None)
         alts.append(f"{disp} {'illegal or does not fit' if d is None else signed_step(d)}")
     out["dispatcher"] = "; ".join(alts)
@@ -837,8 +848,12 @@ def _search_pinned(ctx: Context) -> SearchResult:
     # in layout order; a layout whose weights alone are over the limit (``Scorer.weight_bound``) fits with no knobs:
     # its stand-in is made only if the unfit are ranked (a 1024-GPU search has hundreds)
     unfit_or_heavy: list[tuple[Candidate, bool]] = []
+    # a layout whose expert group spans NVLink nodes may lose DeepEP (DSP016); alltoall is always left
+    across = _knobs_for_group(ctx, knobs, ctx["nvlink_domain"] + 1)
+    across_default = _default_knob(ctx, across, 2)
     for lay in layouts_for(ctx, sc.world):
-        disp, ov, dw, graphs = defaults[2 if lay.ep * lay.etp > 1 else 1]
+        group = lay.ep * lay.etp
+        disp, ov, dw, graphs = across_default if group > ctx["nvlink_domain"] else defaults[2 if group > 1 else 1]
         cand = Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, disp, ov, dw, (None,) * 4, graphs)
         if sc.weight_bound(cand):
             unfit_or_heavy.append((cand, True))
@@ -866,7 +881,7 @@ def _search_pinned(ctx: Context) -> SearchResult:
         shortlist.add((acand.tp, acand.pp, acand.vpp, acand.ep, acand.etp, acand.cp))
     pool: dict[Candidate, Scored] = {s.cand: s for s in first}
     for sizes in shortlist:
-        for disp, ov, dw, graphs in knobs:
+        for disp, ov, dw, graphs in (across if sizes[3] * sizes[4] > ctx["nvlink_domain"] else knobs):
             cand = Candidate(*sizes, dispatcher=disp, overlap=ov, delay_wgrad=dw, recompute=(None,) * 4, graphs=graphs)
             cand = sc.lightest_fitting(cand, rungs_by_ov[ov])
             if cand not in pool:
