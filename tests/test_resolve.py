@@ -147,6 +147,16 @@ def test_deepep_across_blackwell_nvl8_nodes_is_never_picked_but_a_pin_is_kept_wi
     assert not r.errors
     assert _disp(r.plan) == "deepep"
     assert "DSP016" in {d.rule for d in r.diagnostics if d.severity == "warning"}
+    # DeepEP pinned, EP free, no recipe to follow: the expert group stays inside a node (a layout there fits), so
+    # pinning the dispatcher auto chose cannot move the plan across the nodes auto kept DeepEP off; no warning
+    # (no margin either: the model's own fastest plan wins, which without the filter is DeepEP across nodes here)
+    monkeypatch.setattr(reference, "WITHHELD", {a["recipe"] for a in search.anchors()})
+    monkeypatch.setattr(search, "trust_margin", lambda model=None: 0.0)
+    r = analyse(str(path), overrides({"moe.dispatcher": "deepep"}))
+    assert not r.errors
+    assert _disp(r.plan) == "deepep"
+    assert r.plan["expert_model_parallel_size"] * r.plan["expert_tensor_parallel_size"] <= 8
+    assert "DSP016" not in {d.rule for d in r.diagnostics}
 
 
 def test_hybridep_on_nvl72_derives_the_domain_environment():

@@ -193,10 +193,14 @@ def _dispatchers(ctx: Context) -> list[str]:
 
 def _knobs_for_group(ctx: Context, knobs: list[tuple[str, bool, bool, str]], group: int) -> list[tuple[str, bool, bool, str]]:
     """``knobs`` for a layout whose expert group has ``group`` ranks: without DeepEP where its internode kernels
-    are known to fail (DSP016: across the NVLink nodes of B200/B300) unless the user pinned it."""
-    if pinned_value(ctx, "moe", "dispatcher") is None and deepep_internode_fragile(ctx, "deepep", group):
-        return [k for k in knobs if k[0] != "deepep"]
-    return knobs
+    are known to fail (DSP016: across the NVLink nodes of B200/B300), unless the user pinned DeepEP and EP both.
+    A DeepEP pin alone keeps the expert group inside a node where a layout allows (``_search_pinned``), so
+    pinning the dispatcher ``auto`` chose cannot move the plan onto nodes ``auto`` avoided."""
+    if not deepep_internode_fragile(ctx, "deepep", group):
+        return knobs
+    if pinned_value(ctx, "moe", "dispatcher") == "deepep" and pinned_value(ctx, "parallelism", "ep") is not None:
+        return knobs  # asked for by name: DSP016 warns
+    return [k for k in knobs if k[0] != "deepep"]
 
 
 def _bools(ctx: Context, path: tuple[str, str], goal_default: list[bool]) -> list[bool]:
@@ -848,10 +852,16 @@ def _search_pinned(ctx: Context) -> SearchResult:
     # in layout order; a layout whose weights alone are over the limit (``Scorer.weight_bound``) fits with no knobs:
     # its stand-in is made only if the unfit are ranked (a 1024-GPU search has hundreds)
     unfit_or_heavy: list[tuple[Candidate, bool]] = []
-    # a layout whose expert group spans NVLink nodes may lose DeepEP (DSP016); alltoall is always left
+    # a layout whose expert group spans NVLink nodes may lose DeepEP (DSP016); alltoall is left unless DeepEP is
+    # pinned (EP free): then only layouts within a node, where there are any
+    lays = layouts_for(ctx, sc.world)
     across = _knobs_for_group(ctx, knobs, ctx["nvlink_domain"] + 1)
+    inside_only = not across and any(lay.ep * lay.etp <= ctx["nvlink_domain"] for lay in lays)
+    if inside_only:
+        lays = [lay for lay in lays if lay.ep * lay.etp <= ctx["nvlink_domain"]]
+    across = across or knobs
     across_default = _default_knob(ctx, across, 2)
-    for lay in layouts_for(ctx, sc.world):
+    for lay in lays:
         group = lay.ep * lay.etp
         disp, ov, dw, graphs = across_default if group > ctx["nvlink_domain"] else defaults[2 if group > 1 else 1]
         cand = Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, disp, ov, dw, (None,) * 4, graphs)
@@ -868,7 +878,8 @@ def _search_pinned(ctx: Context) -> SearchResult:
         unfit.sort(key=sc.total_gib)
         first += [sc.score(c) for c in unfit[:LAYOUT_SHORTLIST]]
     first.sort(key=_rank_key(ctx.goal, first))
-    shortlist = {(s.cand.tp, s.cand.pp, s.cand.vpp, s.cand.ep, s.cand.etp, s.cand.cp) for s in first[:LAYOUT_SHORTLIST]}
+    shortlist = {(s.cand.tp, s.cand.pp, s.cand.vpp, s.cand.ep, s.cand.etp, s.cand.cp) for s in first[:LAYOUT_SHORTLIST]
+                 if not inside_only or s.cand.ep * s.cand.etp <= ctx["nvlink_domain"]}
 
     # 2. the full knob product on the shortlisted layouts (and the anchor's)
     anchor = match_anchor(ctx)
