@@ -128,6 +128,50 @@ def test_skipping_the_weight_bound_layouts_changes_no_search_result(goal, tmp_pa
     assert digest(search._search_pinned(ctx)) == digest(fast)
 
 
+class _NoMemo(dict):
+    """A compile's search memo that never remembers: every search is made afresh, as before the memo."""
+
+    def get(self, key, default=None):
+        return default
+
+
+def test_a_pinned_intent_without_a_recipe_searches_free_once(tmp_path, monkeypatch):
+    """With pins and no shipped recipe the decision first searches as if nothing were pinned, then (when that plan
+    lacks a pinned value) the pinned search compares against the same free search: it is made once per compile,
+    not twice, and the plan is the one the fresh searches give (TP 4 pinned: auto's plan has another TP)."""
+    from mocompile.pipeline import analyse
+    from mocompile.resolve.context import Context
+    path = tmp_path / "glm.yaml"
+    path.write_text("schema: 1\nmodel: glm-4.5-air\nhardware: {gpu: h100, nodes: 8}\ngoal: throughput\n"
+                    "training: {seq_length: 4096, micro_batch_size: 1, global_batch_size: 1024}\n")
+    monkeypatch.setenv("MOCOMPILE_NO_CACHE", "1")
+    calls: list[bool] = []
+    real = search._search_pinned
+
+    def counted(ctx):
+        calls.append(isinstance(ctx, search.KnobPinsHidden))
+        return real(ctx)
+
+    monkeypatch.setattr(search, "_search_pinned", counted)
+    auto = analyse(str(path)).plan
+    assert auto["tensor_model_parallel_size"] != 4 and calls == [False]  # the case this is about
+    calls.clear()
+    pinned = analyse(str(path), ["parallelism.tp=4"]).plan
+    assert sorted(calls) == [False, True], calls  # one free search, one pinned search
+    calls.clear()
+    init = Context.__init__
+
+    def forgetful(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.searches = _NoMemo()
+
+    monkeypatch.setattr(Context, "__init__", forgetful)
+    fresh = analyse(str(path), ["parallelism.tp=4"]).plan
+    assert sorted(calls) == [False, True, True]  # the free search twice
+    assert pinned.planner["chosen"] == fresh.planner["chosen"] and pinned.values() == fresh.values()
+    assert pinned["tensor_model_parallel_size"] == 4
+
+
 def test_the_rule_check_stops_once_the_verdict_is_settled(dsv3, monkeypatch):
     """Best first until four are legal and three excluded (or the anchor is checked): the excluded are the
     first broken candidates in rank order, the winner and runners-up the first legal ones."""

@@ -26,17 +26,18 @@ def _listed(reason: str) -> dict[int, float]:
 
 
 def test_on_a_launch_bound_host_auto_picks_a_larger_micro_batch_and_each_trial_is_the_pinned_plan():
-    """With the probed host (host_factor 5.99) the step falls from 1.52 s at micro-batch 1 to 0.33 s at 8; 16
-    is no faster, so the smaller wins the tie. Every listed trial is exactly what pinning that size predicts."""
+    """With the probed host (host_factor 5.99) the step falls from 1.52 s at micro-batch 1 to about 0.33 s at 8
+    and 16 (a tie goes to the smaller). Every listed trial is exactly what pinning that size predicts."""
     plan = analyse(str(TE_MID2), ON_THE_H200_HOST).plan
     d = plan.settings["micro_batch_size"]
-    assert d.value == 8 and d.source == "goal"
     steps = _listed(d.reason)
-    assert list(steps) == [1, 2, 4, 8, 16] and steps[8] == min(steps.values()) and steps[1] > 4 * steps[8]
+    best = min(steps, key=lambda m: (steps[m], m))
+    assert d.value == best and best >= 8 and d.source == "goal"
+    assert list(steps) == [1, 2, 4, 8, 16] and steps[1] > 4 * steps[best]
     for mbs, step in steps.items():
         pinned = analyse(str(TE_MID2), ON_THE_H200_HOST[1:] + [f"training.micro_batch_size={mbs}"]).plan
         assert round(pinned.planner["chosen"]["step_time_s"], 3) == step, mbs
-    assert plan.planner["chosen"]["step_time_s"] == steps[8]
+    assert plan.planner["chosen"]["step_time_s"] == steps[best]
     # the measured pair on that host, in the same order: 2 (750 ms) slower than 4 (439-535 ms)
     assert steps[2] > steps[4]
 
@@ -94,7 +95,7 @@ def test_the_plan_cache_keeps_each_micro_batch_apart(tmp_path):
         assert run_cli("compile", "--force", "r.yaml", cwd=tmp_path, env=env).returncode == 0
         lock = json.loads((tmp_path / "generated" / "bench-te-mid2-auto" / "mocompile.lock.json").read_text())
         locks.append((lock["settings"]["micro_batch_size"], lock["estimate"]["chosen"]))
-    assert locks[0] == locks[1] and locks[0][0]["value"] == 8
+    assert locks[0] == locks[1] and locks[0][0]["value"] >= 8  # a size the host rewards, not the first trial's
 
 
 def test_under_the_memory_ladder_the_size_emitted_is_the_one_the_chosen_rungs_plan_was_searched_at(tmp_path):

@@ -3,7 +3,8 @@
 - TE's grouped GEMM runs up to 4 local experts' GEMMs at once (``grouped_gemm_concurrency``);
 - DP / expert-DP collectives stay on NVLink when a pipeline stage fits a node (``_dp_link_gbps``);
 - MLA without a q low-rank projection (Moonlight: HF ``q_lora_rank`` null) projects q straight from the hidden state;
-- calibrate.py's headline counts the A/B-only rows.
+- calibrate.py's headline counts the A/B-only rows;
+- sequence parallelism's backward collectives are hidden under ordered launch (CUDA_DEVICE_MAX_CONNECTIONS=1).
 """
 
 from __future__ import annotations
@@ -171,3 +172,58 @@ def test_an_ab_only_row_with_an_unpublished_shape_counts_its_ratio_to_its_partne
     assert partner == o["id"]
     want = (calibrate.predict(r, c) / calibrate.predict(o, c)) / (calibrate.measured_s(r) / calibrate.measured_s(o)) - 1
     assert err == pytest.approx(want)
+
+
+# -- sequence parallelism's backward overlap under ordered launch ------------------------------------------------
+
+def _tp_cost(cand, hw_name="h100", batch=TE, world=16):
+    return steptime.estimate(model("qwen3-30b-a3b"), hw(hw_name), cand, batch, world).terms["tp_cp"]
+
+
+ORDERED = Candidate(tp=2, ep=8, dispatcher="alltoall")
+
+
+@pytest.mark.parametrize("other, why", [
+    (dict(overlap=True), "EP overlap wants concurrent streams"),
+    (dict(dispatcher="hybridep"), "a flex dispatcher wants concurrent streams"),
+    (dict(dispatcher="deepep"), "a flex dispatcher wants concurrent streams"),
+])
+def test_tp_traffic_is_half_hidden_only_with_ordered_launch(other, why):
+    """With CUDA_DEVICE_MAX_CONNECTIONS=1 the backward's all-gather and reduce-scatter overlap the dgrad/wgrad
+    GEMMs (TE Linear backward): half of the four TP collectives per layer are hidden; any plan whose launchers
+    export more connections pays all four."""
+    from dataclasses import replace
+    assert _tp_cost(replace(ORDERED, **other)) == pytest.approx(2 * _tp_cost(ORDERED), rel=1e-9), why
+
+
+def test_blackwell_and_fsdp_launch_with_more_connections_so_pay_all_tp_traffic():
+    from dataclasses import replace
+    fsdp = replace(TE, fsdp=True)
+    assert _tp_cost(ORDERED, batch=fsdp) == pytest.approx(2 * _tp_cost(ORDERED), rel=1e-9)
+    # B200 has other link speeds: compare its ordered plan with its own EP-overlap plan instead
+    assert _tp_cost(ORDERED, "b200") == pytest.approx(_tp_cost(replace(ORDERED, overlap=True), "b200"), rel=1e-9)
+    assert _tp_cost(ORDERED, "b200") > 0
+
+
+@pytest.mark.parametrize("sets", [
+    {"parallelism.tp": 2, "parallelism.ep": 8, "moe.dispatcher": "alltoall", "moe.overlap": False},
+    {"parallelism.tp": 2, "parallelism.ep": 8, "moe.dispatcher": "alltoall", "moe.overlap": True},
+    {"parallelism.tp": 2, "parallelism.ep": 8, "moe.dispatcher": "hybridep", "moe.overlap": False},
+    {"parallelism.tp": 2, "parallelism.ep": 8, "moe.dispatcher": "alltoall", "moe.overlap": False, "hardware.gpu": "b200"},
+])
+def test_the_step_model_reads_the_launch_order_the_launchers_export(sets, tmp_path):
+    """``StepModel._ordered_launch`` is what resolve/derived.py puts in CUDA_DEVICE_MAX_CONNECTIONS: 1 exactly
+    when the model hides the backward TP traffic."""
+    from conftest import overrides
+    from mocompile.pipeline import analyse
+    path = tmp_path / "q30.yaml"
+    path.write_text("schema: 1\nmodel: qwen3-30b-a3b\nhardware: {gpu: h100, nodes: 2}\ngoal: throughput\n"
+                    "training: {seq_length: 4096, micro_batch_size: 1, global_batch_size: 256}\n")
+    r = analyse(str(path), overrides(sets))
+    assert not r.errors, [(d.rule, d.message) for d in r.errors]
+    p = r.plan
+    cand = Candidate(tp=p["tensor_model_parallel_size"], ep=p["expert_model_parallel_size"],
+                     dispatcher=p["moe_flex_dispatcher_backend"] or p["moe_token_dispatcher_type"],
+                     overlap=bool(p["overlap_moe_expert_parallel_comm"]))
+    sm = steptime.StepModel(model("qwen3-30b-a3b"), dict(p.hardware), TE, 16)
+    assert (p.env["CUDA_DEVICE_MAX_CONNECTIONS"].value == "1") == sm._ordered_launch(cand)

@@ -18,7 +18,8 @@ Terms, per GPU of the slowest pipeline stage, summed over the step:
                with >= 2 micro-batches in flight: PP 1 with >= 2 micro-batches, or PP > 1 with VPP),
                and the communication kernels' SMs slow the compute they overlap
   bubble       (PP - 1) / VPP micro-batch slots of the pipeline fill and drain
-  tp/cp/pp/dp  collectives: TP/SP all-gather + reduce-scatter, CP ring exchange, PP sends, the DP
+  tp/cp/pp/dp  collectives: TP/SP all-gather + reduce-scatter (the backward's pair hidden under its GEMMs when
+               the launchers order kernel launch, CUDA_DEVICE_MAX_CONNECTIONS=1), CP ring exchange, PP sends, the DP
                gradient reduce-scatter and parameter all-gather beyond what one micro-batch hides (on
                NVLink when a pipeline stage fits a node: ``_dp_link_gbps``)
   host         CPU time per layer and micro-batch: a fixed part (cut by CUDA graphs over its scopes) and a part
@@ -455,6 +456,11 @@ class StepModel:
                                     moe_fwd, dense_fwd, tp_layer, cp_layer)
         return hit
 
+    def _ordered_launch(self, cand: Candidate) -> bool:
+        """Do the launchers export CUDA_DEVICE_MAX_CONNECTIONS=1 for this plan (resolve/derived.py environment)?"""
+        return (cand.dispatcher not in FLEX_BACKENDS and self.hw.get("arch") != "blackwell" and not self.batch.fsdp
+                and not cand.overlap)
+
     def estimate(self, cand: Candidate) -> StepEstimate:
         """Predicted time of one iteration for ``cand``."""
         m, hw, batch, world, c = self.m, self.hw, self.batch, self.world, self.c
@@ -490,6 +496,13 @@ class StepModel:
             host = self._host[host_key] = (host_layer * host_scale, host_dense * host_scale)
         host_layer, host_dense = host
 
+        # Sequence parallelism's backward all-gather and reduce-scatter run asynchronously beside the dgrad and wgrad
+        # GEMMs (Transformer Engine's Linear backward, Megatron-Core's LinearWithGradAccumulationAndAsyncCommunication)
+        # and reliably overlap them only when kernels launch in order (CUDA_DEVICE_MAX_CONNECTIONS=1, the launchers'
+        # choice for TP/CP > 1 without EP overlap, a flex dispatcher, Blackwell or FSDP: resolve/derived.py): then
+        # half of the TP traffic, the backward's, is hidden.
+        if tp_layer and self._ordered_launch(cand):
+            tp_layer *= 0.5
         moe_c, moe_a, moe_o = 3.0 * moe_fwd + moe_rc, a2a_layer, tp_layer + cp_layer
         den_c, den_o = 3.0 * dense_fwd + dense_rc, tp_layer + cp_layer
         n_moe_all = n_moe + mtp

@@ -34,6 +34,7 @@ class Context:
         self.memory: dict[str, Any] = {}
         self.planner: dict[str, Any] = {}  # the search's winner, runners-up and anchor (explain, lock)
         self.by_micro_batch: dict[int, Any] = {}  # micro_batch_size auto: the search at each size that fits
+        self.searches: dict[str, Any] = {}  # this compile's search verdicts by their plan-cache key (search.search)
         for name, value in NEUTRAL.items():  # so rule trials can read fields not decided yet
             self.set(name, value, "default", "not decided yet")
 

@@ -184,13 +184,7 @@ def moved(ctx: Context, a: dict[str, Any], layouts: list[Any]) -> Candidate:
 
     lay = min(layouts, key=far)
     cand = replace(cand, **{k: getattr(lay, k) for k in sizes})
-    # anchor_candidate already gave it a dispatcher and graph scopes this setting offers; DeepEP moved across
-    # B200/B300 nodes takes the guidance's dispatcher instead (DSP016: the planner does not offer it there)
-    from mocompile.resolve.search import _knobs_for_group, pinned_value
-    group = cand.ep * cand.etp
-    if cand.dispatcher == "deepep" and pinned_value(ctx, "moe", "dispatcher") is None \
-            and not _knobs_for_group(ctx, [("deepep", False, False, "none")], group):
-        cand = replace(cand, dispatcher=default_dispatcher(ctx, group), num_sms=None)
+    # anchor_candidate already gave it a dispatcher and graph scopes this setting offers
     if cand.delay_wgrad and ctx["te_version"] is None:
         cand = replace(cand, delay_wgrad=False)
     return cand

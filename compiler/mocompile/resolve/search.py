@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 import math
 import os
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from mocompile import layout as layouts
 from mocompile import memory, plancache, steptime
 from mocompile.datafiles import load_yaml
 from mocompile.resolve.context import Context
-from mocompile.rules.checks import deepep_internode_fragile, ncclep_unavailable, package_missing
+from mocompile.rules.checks import ncclep_unavailable, package_missing
 from mocompile.rules.engine import VERSION_KEYS, rules
 from mocompile.steptime import Batch, Candidate, StepEstimate
 
@@ -189,18 +190,6 @@ def _dispatchers(ctx: Context) -> list[str]:
     return ["alltoall"] + [b for b in ("hybridep", "deepep", "ncclep") if b in ctx["gpu_flex_backends"]
                            and package_missing(b, ctx["cluster_missing"]) is None
                            and (b != "ncclep" or ncclep_unavailable(ctx) is None)]
-
-
-def _knobs_for_group(ctx: Context, knobs: list[tuple[str, bool, bool, str]], group: int) -> list[tuple[str, bool, bool, str]]:
-    """``knobs`` for a layout whose expert group has ``group`` ranks: without DeepEP where its internode kernels
-    are known to fail (DSP016: across the NVLink nodes of B200/B300), unless the user pinned DeepEP and EP both.
-    A DeepEP pin alone keeps the expert group inside a node where a layout allows (``_search_pinned``), so
-    pinning the dispatcher ``auto`` chose cannot move the plan onto nodes ``auto`` avoided."""
-    if not deepep_internode_fragile(ctx, "deepep", group):
-        return knobs
-    if pinned_value(ctx, "moe", "dispatcher") == "deepep" and pinned_value(ctx, "parallelism", "ep") is not None:
-        return knobs  # asked for by name: DSP016 warns
-    return [k for k in knobs if k[0] != "deepep"]
 
 
 def _bools(ctx: Context, path: tuple[str, str], goal_default: list[bool]) -> list[bool]:
@@ -705,9 +694,6 @@ def effects(ctx: Context, res_winner: Scored) -> dict[str, str]:
         if disp == "ncclep" and (rule := ncclep_unavailable(ctx)):
             alts.append(f"ncclep not offered (the target stack has no NCCL EP: {rule})")
             continue
-        if disp == "deepep" and not _knobs_for_group(ctx, [("deepep", False, False, "none")], w.cand.ep * w.cand.etp):
-            alts.append("deepep not offered across these nodes (DSP016: its internode kernels fail on this GPU)")
-            continue
         d = _flip(sc, w, dispatcher=disp, num_sms=None)
         alts.append(f"{disp} {'illegal or does not fit' if d is None else signed_step(d)}")
     out["dispatcher"] = "; ".join(alts)
@@ -739,6 +725,20 @@ def search(ctx: Context) -> SearchResult:
            "cluster": ctx.hw.get("cluster"), "micro_batch_size": ctx["micro_batch_size"],
            "optimizer_state": ctx["optimizer_state"], "optimizer_offload": ctx["optimizer_offload_fraction"],
            "fsdp": ctx["use_megatron_fsdp"], "offload_modules": ctx["offload_modules"]}
+    # within one compile the same search can be asked for twice (a pinned intent's free search: by the decision
+    # and by ``_search``); each asker gets its own copy of the verdict's lists
+    memo_key = json.dumps(key, sort_keys=True, default=str)
+    done = ctx.searches.get(memo_key)
+    if done is not None:
+        return replace(done, runners_up=list(done.runners_up), excluded=list(done.excluded), effects=dict(done.effects))
+    res = _cached_search(ctx, key)
+    ctx.searches[memo_key] = replace(res, runners_up=list(res.runners_up), excluded=list(res.excluded),
+                                     effects=dict(res.effects))
+    return res
+
+
+def _cached_search(ctx: Context, key: dict[str, Any]) -> SearchResult:
+    """``search`` through the plan cache (command line only)."""
     cached = plancache.get(key)
     if cached is not None:
         try:
@@ -827,7 +827,7 @@ def _search(ctx: Context) -> SearchResult:
     res = _search_pinned(ctx)
     if ctx.goal != "throughput" or res.anchor is not None or not any(pinned_value(ctx, *p) is not None for p in HIDDEN_PINS):
         return res
-    free = _search_pinned(KnobPinsHidden(ctx))  # type: ignore[arg-type]
+    free = search(KnobPinsHidden(ctx))  # type: ignore[arg-type]  # the decision's free search, when it made one
     if free.anchor is None and meets_pins(ctx, free.winner.cand) and not free.winner.broken:
         free.scored += res.scored
         # runners-up the user can run: the free search's that keep every pin, then the pinned search's
@@ -852,18 +852,8 @@ def _search_pinned(ctx: Context) -> SearchResult:
     # in layout order; a layout whose weights alone are over the limit (``Scorer.weight_bound``) fits with no knobs:
     # its stand-in is made only if the unfit are ranked (a 1024-GPU search has hundreds)
     unfit_or_heavy: list[tuple[Candidate, bool]] = []
-    # a layout whose expert group spans NVLink nodes may lose DeepEP (DSP016); alltoall is left unless DeepEP is
-    # pinned (EP free): then only layouts within a node, where there are any
-    lays = layouts_for(ctx, sc.world)
-    across = _knobs_for_group(ctx, knobs, ctx["nvlink_domain"] + 1)
-    inside_only = not across and any(lay.ep * lay.etp <= ctx["nvlink_domain"] for lay in lays)
-    if inside_only:
-        lays = [lay for lay in lays if lay.ep * lay.etp <= ctx["nvlink_domain"]]
-    across = across or knobs
-    across_default = _default_knob(ctx, across, 2)
-    for lay in lays:
-        group = lay.ep * lay.etp
-        disp, ov, dw, graphs = across_default if group > ctx["nvlink_domain"] else defaults[2 if group > 1 else 1]
+    for lay in layouts_for(ctx, sc.world):
+        disp, ov, dw, graphs = defaults[2 if lay.ep * lay.etp > 1 else 1]
         cand = Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, disp, ov, dw, (None,) * 4, graphs)
         if sc.weight_bound(cand):
             unfit_or_heavy.append((cand, True))
@@ -878,8 +868,7 @@ def _search_pinned(ctx: Context) -> SearchResult:
         unfit.sort(key=sc.total_gib)
         first += [sc.score(c) for c in unfit[:LAYOUT_SHORTLIST]]
     first.sort(key=_rank_key(ctx.goal, first))
-    shortlist = {(s.cand.tp, s.cand.pp, s.cand.vpp, s.cand.ep, s.cand.etp, s.cand.cp) for s in first[:LAYOUT_SHORTLIST]
-                 if not inside_only or s.cand.ep * s.cand.etp <= ctx["nvlink_domain"]}
+    shortlist = {(s.cand.tp, s.cand.pp, s.cand.vpp, s.cand.ep, s.cand.etp, s.cand.cp) for s in first[:LAYOUT_SHORTLIST]}
 
     # 2. the full knob product on the shortlisted layouts (and the anchor's)
     anchor = match_anchor(ctx)
@@ -892,7 +881,7 @@ def _search_pinned(ctx: Context) -> SearchResult:
         shortlist.add((acand.tp, acand.pp, acand.vpp, acand.ep, acand.etp, acand.cp))
     pool: dict[Candidate, Scored] = {s.cand: s for s in first}
     for sizes in shortlist:
-        for disp, ov, dw, graphs in (across if sizes[3] * sizes[4] > ctx["nvlink_domain"] else knobs):
+        for disp, ov, dw, graphs in knobs:
             cand = Candidate(*sizes, dispatcher=disp, overlap=ov, delay_wgrad=dw, recompute=(None,) * 4, graphs=graphs)
             cand = sc.lightest_fitting(cand, rungs_by_ov[ov])
             if cand not in pool:

@@ -65,9 +65,8 @@ def _all_moe(c: Cfg) -> bool:
 
 
 def deepep_internode_fragile(c: Any, backend: str | None, group: int) -> bool:
-    """DeepEP across the 8-GPU NVLink nodes of a Blackwell x86 system (B200, B300): its internode kernels time
-    out or fault there in NVIDIA's own runs (DSP016). The planner reads the same test, so it never picks what
-    the rule warns about unless the user pinned it."""
+    """DeepEP across the 8-GPU NVLink nodes of a Blackwell x86 system (B200, B300), where NVIDIA's own runs of
+    its internode kernels have failed for some models and not others (DSP016: a warning, not a refusal)."""
     return backend == "deepep" and c["gpu_arch"] == "blackwell" and group > c["nvlink_domain"]
 
 
