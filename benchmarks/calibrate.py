@@ -402,8 +402,8 @@ def muon_report(hoods: list[tuple[str, Setup, list[Setup]]], c: dict[str, float]
         best = min(nbs, key=lambda nb: _pred(nb, c), default=None)
         gain = pa / _pred(best, c) - 1 if best is not None else 0.0
         within += gain <= MUON_TARGET
-        lines = f"  {name:<44} shipped {pa:7.2f} s  best neighbour {gain:+6.1%}"
-        out.append(lines + (f"  {best[2].label()}" if best is not None and gain > 0 else ""))
+        row = f"  {name:<44} shipped {pa:7.2f} s  best neighbour {gain:+6.1%}"
+        out.append(row + (f"  {best[2].label()}" if best is not None and gain > 0 else ""))
     out.append(f"within {MUON_TARGET:.0%}: {within}/{len(hoods)}")
     return out
 

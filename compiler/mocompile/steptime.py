@@ -457,9 +457,9 @@ class StepModel:
         return hit
 
     def _ordered_launch(self, cand: Candidate) -> bool:
-        """Do the launchers export CUDA_DEVICE_MAX_CONNECTIONS=1 for this plan (resolve/derived.py environment)?"""
-        return (cand.dispatcher not in FLEX_BACKENDS and self.hw.get("arch") != "blackwell" and not self.batch.fsdp
-                and not cand.overlap)
+        """Do the launchers export CUDA_DEVICE_MAX_CONNECTIONS=1 for this plan (``device_max_connections``)?"""
+        return device_max_connections(cand.dispatcher in FLEX_BACKENDS, self.hw.get("arch") == "blackwell",
+                                      self.batch.fsdp, cand.tp > 1 or cand.cp > 1, cand.overlap)[0] == "1"
 
     def estimate(self, cand: Candidate) -> StepEstimate:
         """Predicted time of one iteration for ``cand``."""
@@ -499,8 +499,8 @@ class StepModel:
         # Sequence parallelism's backward all-gather and reduce-scatter run asynchronously beside the dgrad and wgrad
         # GEMMs (Transformer Engine's Linear backward, Megatron-Core's LinearWithGradAccumulationAndAsyncCommunication)
         # and reliably overlap them only when kernels launch in order (CUDA_DEVICE_MAX_CONNECTIONS=1, the launchers'
-        # choice for TP/CP > 1 without EP overlap, a flex dispatcher, Blackwell or FSDP: resolve/derived.py): then
-        # half of the TP traffic, the backward's, is hidden.
+        # choice for TP/CP > 1 without EP overlap, a flex dispatcher, Blackwell or FSDP: ``device_max_connections``):
+        # then half of the TP traffic, the backward's, is hidden.
         if tp_layer and self._ordered_launch(cand):
             tp_layer *= 0.5
         moe_c, moe_a, moe_o = 3.0 * moe_fwd + moe_rc, a2a_layer, tp_layer + cp_layer
@@ -596,6 +596,20 @@ class StepModel:
             notes.append("EP overlap has nothing to overlap (one micro-batch in flight)")
         return StepEstimate(step, terms, flops / (world * step) / 1e12, batch.global_batch_size * s / (world * step),
                             flops, mb, notes)
+
+
+def device_max_connections(flex: bool, blackwell: bool, fsdp: bool, tp_cp: bool, overlap: bool) -> tuple[str, str]:
+    """CUDA_DEVICE_MAX_CONNECTIONS for a plan, with the reason: what every launcher exports (resolve/derived.py)
+    and what the step model reads (1 orders kernel launch, so sequence parallelism's backward collectives overlap
+    their GEMMs)."""
+    if flex or blackwell:
+        return "32", "flex dispatcher or Blackwell: more hardware queues for the communication streams"
+    if fsdp:
+        return "32", ("Megatron-FSDP needs more than 1 (Bridge's ConfigContainer "
+                      "_validate_and_apply_megatron_fsdp_configs): its gathers run on their own streams")
+    if tp_cp and not overlap:
+        return "1", "TP/CP > 1 without EP overlap: Megatron wants ordered kernel launch before Blackwell"
+    return ("32", "EP overlap needs concurrent streams (> 1)") if overlap else ("8", "default concurrency")
 
 
 def local_experts(m: dict[str, Any], cand: Candidate) -> float:

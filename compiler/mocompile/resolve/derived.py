@@ -7,6 +7,7 @@ from mocompile.ir import Decision
 from mocompile.resolve.context import Context
 from mocompile.resolve.search import frugal_step, min_gpus_that_fit
 from mocompile.resolve.tuning import sm_margins
+from mocompile.steptime import device_max_connections
 
 
 def p2p_and_grads(ctx: Context) -> None:
@@ -61,17 +62,10 @@ def _env(ctx: Context, key: str, value: str, reason: str) -> None:
 def environment(ctx: Context) -> None:
     """The one environment block every launcher exports (computed from final values)."""
     flex = ctx["moe_token_dispatcher_type"] == "flex"
-    tp_cp = ctx["tensor_model_parallel_size"] > 1 or ctx["context_parallel_size"] > 1
-    overlap = bool(ctx["overlap_moe_expert_parallel_comm"])
-    if flex or ctx["gpu_arch"] == "blackwell":
-        conns, why = "32", "flex dispatcher or Blackwell: more hardware queues for the communication streams"
-    elif ctx["use_megatron_fsdp"]:
-        conns, why = "32", ("Megatron-FSDP needs more than 1 (Bridge's ConfigContainer "
-                            "_validate_and_apply_megatron_fsdp_configs): its gathers run on their own streams")
-    elif tp_cp and not overlap:
-        conns, why = "1", "TP/CP > 1 without EP overlap: Megatron wants ordered kernel launch before Blackwell"
-    else:
-        conns, why = ("32", "EP overlap needs concurrent streams (> 1)") if overlap else ("8", "default concurrency")
+    conns, why = device_max_connections(
+        flex, ctx["gpu_arch"] == "blackwell", bool(ctx["use_megatron_fsdp"]),
+        ctx["tensor_model_parallel_size"] > 1 or ctx["context_parallel_size"] > 1,
+        bool(ctx["overlap_moe_expert_parallel_comm"]))
     _env(ctx, "CUDA_DEVICE_MAX_CONNECTIONS", conns, why)
     if ctx["moe_flex_dispatcher_backend"] == "hybridep" and flex:
         group = ctx["expert_model_parallel_size"] * ctx["expert_tensor_parallel_size"]

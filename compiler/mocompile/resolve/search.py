@@ -729,12 +729,9 @@ def search(ctx: Context) -> SearchResult:
     # and by ``_search``); each asker gets its own copy of the verdict's lists
     memo_key = json.dumps(key, sort_keys=True, default=str)
     done = ctx.searches.get(memo_key)
-    if done is not None:
-        return replace(done, runners_up=list(done.runners_up), excluded=list(done.excluded), effects=dict(done.effects))
-    res = _cached_search(ctx, key)
-    ctx.searches[memo_key] = replace(res, runners_up=list(res.runners_up), excluded=list(res.excluded),
-                                     effects=dict(res.effects))
-    return res
+    if done is None:
+        done = ctx.searches[memo_key] = _cached_search(ctx, key)
+    return replace(done, runners_up=list(done.runners_up), excluded=list(done.excluded), effects=dict(done.effects))
 
 
 def _cached_search(ctx: Context, key: dict[str, Any]) -> SearchResult:

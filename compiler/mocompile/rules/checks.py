@@ -64,12 +64,6 @@ def _all_moe(c: Cfg) -> bool:
     return int(c["first_k_dense"] or 0) == 0
 
 
-def deepep_internode_fragile(c: Any, backend: str | None, group: int) -> bool:
-    """DeepEP across the 8-GPU NVLink nodes of a Blackwell x86 system (B200, B300), where NVIDIA's own runs of
-    its internode kernels have failed for some models and not others (DSP016: a warning, not a refusal)."""
-    return backend == "deepep" and c["gpu_arch"] == "blackwell" and group > c["nvlink_domain"]
-
-
 def _backend(c: Cfg) -> str | None:
     return c["moe_flex_dispatcher_backend"] if c["moe_token_dispatcher_type"] == "flex" else None
 
@@ -193,7 +187,8 @@ CHECKS: dict[str, Check] = {
     "DSP004": lambda c: c["moe_token_dispatcher_type"] == "flex" and _ep_group(c) <= 1,
     "DSP005": lambda c: _backend(c) == "hybridep" and _ep_group(c) % c["hybridep_ranks_per_domain"] != 0,
     "DSP006": lambda c: _backend(c) == "deepep" and _ep_group(c) > c["nvlink_domain"],
-    "DSP016": lambda c: deepep_internode_fragile(c, _backend(c), _ep_group(c)),
+    # DSP006 on the 8-GPU nodes of B200/B300, where NVIDIA's own internode DeepEP runs have failed (a warning)
+    "DSP016": lambda c: _backend(c) == "deepep" and _ep_group(c) > c["nvlink_domain"] and c["gpu_arch"] == "blackwell",
     # Megatron-Core checks shared-expert overlap only when the model has shared experts (tc:1637-1650).
     "DSP007": lambda c: bool(c["moe_shared_expert_overlap"]) and c["moe_shared_expert_intermediate_size"] is not None
     and c["moe_token_dispatcher_type"] not in ("alltoall", "flex"),
