@@ -77,6 +77,10 @@ SETS[pp2vpp2-off]=""
 SETS[auto]=""                                  # the planner's own plan: nothing pinned but the run's length
 PLAN_COMMON[auto]="--set profile=null"
 
+gpus_of() {  # PLAN -> the GPUs its launcher runs on: 4 for the plans on their own base (PP 2 x VPP 2 x EP 2), else 2
+  if [[ -n "${PLAN_BASE[$1]:-}" ]]; then echo 4; else echo 2; fi
+}
+
 plan_dir() {  # PLAN det|time -> GEN/<name> (compiled on demand)
   local plan="$1" mode="$2" name det iters
   if [[ "${mode}" == det ]]; then name="i22-${plan}-det"; det=true; iters="${DET_ITERS}"
@@ -253,7 +257,7 @@ PY
         for round in $(seq 1 "${rounds}"); do for plan in ${SLOT4_PLANS:-}; do add "time-${plan}-r${round}" "${plan}" time 4; done; done
       fi
       # SLOT_DET_FIRST=1: the deterministic runs before the timing rounds (short; they must not be cut by the deadline)
-      if [[ "${SLOT_DET_FIRST:-0}" == 1 ]]; then for plan in ${SLOT_DET_PLANS:-}; do add "det-${plan}" "${plan}" det 2; done; fi
+      if [[ "${SLOT_DET_FIRST:-0}" == 1 ]]; then for plan in ${SLOT_DET_PLANS:-}; do add "det-${plan}" "${plan}" det "$(gpus_of "${plan}")"; done; fi
       for round in $(seq 1 "${rounds}"); do
         for k in $(seq 0 $((n - 1))); do
           plan="${plans[$(( (k + round - 1) % n ))]}"
@@ -261,7 +265,7 @@ PY
         done
         if [[ "${SLOT4_FIRST:-1}" != 1 ]]; then for plan in ${SLOT4_PLANS:-}; do add "time-${plan}-r${round}" "${plan}" time 4; done; fi
       done
-      if [[ "${SLOT_DET_FIRST:-0}" != 1 ]]; then for plan in ${SLOT_DET_PLANS:-}; do add "det-${plan}" "${plan}" det 2; done; fi
+      if [[ "${SLOT_DET_FIRST:-0}" != 1 ]]; then for plan in ${SLOT_DET_PLANS:-}; do add "det-${plan}" "${plan}" det "$(gpus_of "${plan}")"; done; fi
       python3 - "${W}/jobs.txt" "${jobs}" <<'PY'
 import json, os, sys
 jobs = []
