@@ -16,6 +16,8 @@ relative to the file that names it, inside the project)::
       a2a_latency_us: 35.0   # per NCCL all-to-all call inside a node
     host_memory_gib: 4096    # optional: host memory per node (rule MEM003), where it differs from the GPU
                              # type's usual node (compiler/mocompile/data/hardware.yaml)
+    overlap_host_factor: 1.2 # optional, written by `mocompile tune` (mocompile.overlap_fit): the EP-overlap
+                             # schedule's host time relative to the plain one, measured on these nodes
 
 Absent a profile, the DGX defaults apply (``host_factor`` 1). The lock records the profile's path,
 its hash and the values the plan used. A profile is read like a recipe: untrusted, size- and
@@ -37,10 +39,14 @@ KEYS = {"schema": "format version (1)", "name": "a name for the cluster",
         "measured": "measured step times of plans run there (`mocompile tune` adds them)",
         "probe": "what `mocompile probe` ran and found there (imports, runs, what it did not measure)",
         "kernels": "the kernel probe's GEMM and all-to-all measurements and the scales the model applies",
-        "host_memory_gib": "host (CPU) memory per node in GiB, where it differs from the GPU type's usual node"}
+        "host_memory_gib": "host (CPU) memory per node in GiB, where it differs from the GPU type's usual node",
+        "overlap_host_factor": "host launch time of the EP-overlap schedule relative to the plain one on these nodes, "
+                               "0.5-4 (`mocompile tune` fits it from an overlap on/off pair it measured apart; "
+                               "absent: the calibrated constant)"}
 KERNEL_SCALES = {"gemm_scale": (0.1, 2.0), "a2a_scale": (0.1, 2.0), "a2a_latency_us": (0.1, 100000.0)}
 HOST_FACTOR = (0.1, 100.0)
 HOST_MEMORY_GIB = (1.0, 1000000.0)
+OVERLAP_HOST_FACTOR = (0.5, 4.0)
 
 
 def _number_in(value: Any, bounds: tuple[float, float]) -> bool:
@@ -107,6 +113,14 @@ def read(doc: Document) -> None:
                                    f"to {HOST_MEMORY_GIB[1]:g} (got {host_mem!r})", positions[("host_memory_gib",)],
                                    "the node's host memory in GiB, e.g. 2048 for a DGX H100"))
         host_mem = None
+    overlap = data.get("overlap_host_factor")
+    if overlap is not None and not _number_in(overlap, OVERLAP_HOST_FACTOR):
+        problems.append(Diagnostic("INPUT", "error", f"`overlap_host_factor` must be a number from "
+                                   f"{OVERLAP_HOST_FACTOR[0]:g} to {OVERLAP_HOST_FACTOR[1]:g} (got {overlap!r})",
+                                   positions[("overlap_host_factor",)],
+                                   "written by `mocompile tune` from a measured overlap on/off pair; delete it to use "
+                                   "the calibrated constant"))
+        overlap = None
     for key in ("name", "source"):
         if key in data and not isinstance(data[key], str):
             problems.append(Diagnostic("INPUT", "error", f"`{key}` must be text", positions[(key,)]))
@@ -117,6 +131,7 @@ def read(doc: Document) -> None:
     doc.cluster = {"path": path, "file": full, "sha256": hashlib.sha256(text.encode()).hexdigest()[:16],
                    "name": data.get("name"), "source": data.get("source"), "host_factor": float(factor),
                    "kernels": scales, "host_memory_gib": float(host_mem) if host_mem is not None else None,
+                   "overlap_host_factor": float(overlap) if overlap is not None else None,
                    "missing": [str(m) for m in (data.get("probe") or {}).get("missing") or []],
                    # what `mocompile tune` measured there for this recipe (its name): explain and the lock say it
                    "measured": [{k: e.get(k) for k in ("plan", "median_ms", "runs", "spread", "predicted_ms")}
@@ -142,4 +157,6 @@ def apply(hw: dict[str, Any], doc: Document) -> dict[str, Any]:
                                                   "missing", "measured")}
         if profile.get("host_memory_gib") is not None:
             hw["cluster"]["host_memory_gib"] = profile["host_memory_gib"]
+        if profile.get("overlap_host_factor") is not None:  # the step model reads it in place of the constant
+            hw["overlap_host_factor"] = hw["cluster"]["overlap_host_factor"] = profile["overlap_host_factor"]
     return hw

@@ -316,6 +316,8 @@ def _print_cluster(c: dict | None) -> None:
     if not c:
         return
     print(f"cluster profile {visible(c['path'])} ({visible(c.get('name'))}): host_factor {c['host_factor']}"
+          + (f", overlap_host_factor {c['overlap_host_factor']} (measured there)"
+             if c.get("overlap_host_factor") is not None else "")
           + (f"; missing there: {', '.join(visible(m) for m in c['missing'])}" if c.get("missing") else ""))
     for e in c.get("measured") or []:
         print(f"  measured  {visible(e.get('plan'))}: {visible(e.get('median_ms'))} ms over {visible(e.get('runs'))} "

@@ -548,7 +548,9 @@ class StepModel:
         # The CPU launches every kernel; dropless MoE syncs with the GPU each layer, so a micro-batch takes
         # as long as the slower of the two. The overlapped schedule launches more (two micro-batches,
         # explicit stream waits); CUDA graphs cut launches.
-        host_mb = (n_moe_all * host_layer + n_dense * host_dense) * share * (c["overlap_host_factor"] if overlap_ok else 1.0)
+        # (a cluster profile's measured ``overlap_host_factor`` replaces the calibrated one: mocompile.overlap_fit)
+        host_mb = (n_moe_all * host_layer + n_dense * host_dense) * share \
+            * ((hw.get("overlap_host_factor") or c["overlap_host_factor"]) if overlap_ok else 1.0)
         per_mb = (gpu_mb ** HOST_P + host_mb ** HOST_P) ** (1.0 / HOST_P)
         steady = mb * per_mb
         bubble = (cand.pp - 1) / cand.vpp * per_mb if cand.pp > 1 else 0.0

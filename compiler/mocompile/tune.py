@@ -23,7 +23,7 @@ import shlex
 import statistics
 from typing import Any
 
-from mocompile import measure
+from mocompile import measure, overlap_fit
 from mocompile.errors import UsageError
 from mocompile.rules.checks import package_missing
 
@@ -281,7 +281,8 @@ def record(report_: dict[str, Any], state: dict[str, Any], profile: str, recipe_
         if row["measured_ms"] is None:
             continue
         measured.append({"recipe": recipe_name, "plan": row["plan"], "median_ms": round(row["measured_ms"], 1),
-                         "runs": len(row["runs"]), "spread": row["spread"], "iterations": state["iterations"],
+                         "runs": len(row["runs"]), "run_ms": [round(x, 1) for x in row["runs"] if x is not None],
+                         "spread": row["spread"], "iterations": state["iterations"],
                          "predicted_ms": row["predicted_ms"], "pins": dict(state["candidates"][row["id"]]["pins"])})
         added += 1
     import io
@@ -322,7 +323,7 @@ def finish(rep: dict[str, Any], recipe: str, sets: list[str], write: bool) -> No
     pin the measured fastest plan in the recipe. Adds what was done to ``rep``."""
     from mocompile.pipeline import analyse
 
-    rep["profile"], rep["profile_entries_added"], rep["wrote_recipe"] = None, 0, None
+    rep["profile"], rep["profile_entries_added"], rep["wrote_recipe"], rep["overlap_fit"] = None, 0, None, None
     res = analyse(recipe, sets)
     profile = getattr(res.doc, "cluster", None) if res.doc is not None else None
     if profile and res.plan is not None:
@@ -330,6 +331,10 @@ def finish(rep: dict[str, Any], recipe: str, sets: list[str], write: bool) -> No
             state = json.load(fh)
         rep["profile"] = profile["file"]
         rep["profile_entries_added"] = record(rep, state, profile["file"], res.plan.name)
+        # an overlap on/off pair measured apart sets this cluster's overlap_host_factor (mocompile.overlap_fit)
+        rep["overlap_fit"] = overlap_fit.fit(profile["file"], recipe, res.plan.name, sets, rep["work"])
+        if rep["overlap_fit"]["value"] is not None:
+            overlap_fit.write(profile["file"], rep["overlap_fit"])
     if write and rep["winner_pins"]:
         write_recipe(recipe, rep["winner_pins"])
         rep["wrote_recipe"] = recipe
@@ -357,6 +362,16 @@ def text(rep: dict[str, Any]) -> str:
         lines.append("no plan produced step times: nothing to pin (see the run logs)")
     if rep.get("profile"):
         lines.append(f"recorded {rep['profile_entries_added']} measurement(s) in {visible(rep['profile'])}")
+        fit = rep.get("overlap_fit") or {}
+        for pair in fit.get("pairs", []):
+            lines.append(f"  EP overlap on/off measured x{pair['measured_ratio']:.3f} ({visible(pair['on'])}): "
+                         + (f"overlap_host_factor {pair['factor']}" + (f" ({visible(pair['note'])})" if pair.get("note") else "")
+                            if pair["factor"] is not None else visible(pair.get("why", ""))))
+        if fit.get("value") is not None:
+            lines.append(f"set overlap_host_factor {fit['value']} in {visible(rep['profile'])} (the planner uses it in "
+                         "place of the calibrated constant; recipes naming this profile compile anew)")
+        elif fit:
+            lines.append(f"overlap_host_factor not set: {visible(fit.get('why', ''))}")
     elif "profile" in rep:
         lines.append("the recipe names no cluster profile (hardware.cluster): the measurements stay in "
                      f"{visible(rep['work'])}")

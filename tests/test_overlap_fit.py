@@ -1,0 +1,169 @@
+"""A cluster's EP-overlap host cost, measured: `mocompile tune` fits ``overlap_host_factor`` from an overlap on/off
+pair it measured apart, writes it into the cluster profile, and the planner then predicts with it.
+
+Worked answers: run medians are made from the model's own predictions at a known factor, and the fit must give
+that factor back; pairs inside each other's run-to-run range must leave the profile alone (the same rule the
+race ranks by). Everything compiles through the real pipeline and the real cluster reader."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run_cli
+from mocompile import overlap_fit, tune
+from mocompile.errors import InputError
+from mocompile.pipeline import analyse
+
+
+def _project(tmp_path: Path) -> Path:
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "clusters").mkdir()
+    shutil.copy(ROOT / "clusters" / "lent-h100x4.yaml", tmp_path / "clusters")
+    text = (ROOT / "recipes" / "bench" / "bench-te-mid-auto.yaml").read_text().replace("../../clusters", "../clusters")
+    (tmp_path / "recipes" / "te.yaml").write_text(text)
+    return tmp_path / "recipes" / "te.yaml"
+
+
+def _profile(recipe: Path) -> Path:
+    return recipe.parent.parent / "clusters" / "lent-h100x4.yaml"
+
+
+def _pins(recipe: Path, overlap: bool) -> dict:
+    pins = dict(analyse(str(recipe)).plan.planner["chosen"]["pins"])
+    pins["moe.overlap"] = overlap
+    return pins
+
+
+def _predicted_s(recipe: Path, pins: dict, extra: list[str] | None = None) -> float:
+    res = analyse(str(recipe), tune.pin_sets(pins) + (extra or []))
+    assert not res.errors, [d.message for d in res.errors]
+    return float(res.plan.planner["chosen"]["step_time_s"])
+
+
+def _with_factor(recipe: Path, factor: float) -> list[str]:
+    """A copy of the project's profile with ``overlap_host_factor`` set: the planner's view at that factor."""
+    prof = _profile(recipe)
+    trial = prof.with_name("trial.yaml")
+    trial.write_text(prof.read_text() + f"overlap_host_factor: {factor}\n")
+    return ["hardware.cluster=../clusters/trial.yaml"]
+
+
+def _record(recipe: Path, entries: list[tuple[dict, list[float]]]) -> None:
+    """Entries as `mocompile tune` records them (run_ms: the runs' medians), appended to the profile."""
+    lines = ["measured:"]
+    for pins, runs in entries:
+        flow = ", ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in pins.items()
+                         if not isinstance(v, list))
+        lines += ["- recipe: bench-te-mid-auto", f"  plan: \"overlap {pins['moe.overlap']}\"",
+                  f"  median_ms: {sorted(runs)[len(runs) // 2]}", f"  runs: {len(runs)}",
+                  f"  run_ms: {runs}", f"  pins: {{{flow}}}"]
+    prof = _profile(recipe)
+    prof.write_text(prof.read_text() + "\n".join(lines) + "\n")
+
+
+def test_the_fit_gives_back_the_factor_the_runs_were_made_with(tmp_path):
+    recipe = _project(tmp_path)
+    off, on = _pins(recipe, False), _pins(recipe, True)
+    # the measured cluster: the model's own steps at overlap_host_factor 1.6 (the calibrated one is 1.088)
+    t_off = _predicted_s(recipe, off, _with_factor(recipe, 1.6)) * 1000
+    t_on = _predicted_s(recipe, on, _with_factor(recipe, 1.6)) * 1000
+    assert t_on > t_off * 1.05  # the factor matters for this plan: the test can tell a right fit from a wrong one
+    _record(recipe, [(off, [t_off * 0.99, t_off, t_off * 1.01]), (on, [t_on * 0.99, t_on, t_on * 1.01])])
+    got = overlap_fit.fit(str(_profile(recipe)), str(recipe), "bench-te-mid-auto", [], str(tmp_path / "work"))
+    assert got["value"] == pytest.approx(1.6, rel=0.01) and got["pairs"][0]["measured_ratio"] == round(t_on / t_off, 3)
+    overlap_fit.write(str(_profile(recipe)), got)
+    text = _profile(recipe).read_text()
+    assert "# The 4x H100" in text and "fitted by mocompile tune: overlap on/off measured x" in text  # comments kept
+    # the planner now predicts the overlap plan at the measured cost, and the plain plan as before
+    plan = analyse(str(recipe), tune.pin_sets(on)).plan
+    assert plan.hardware["cluster"]["overlap_host_factor"] == got["value"]
+    assert _predicted_s(recipe, on) * 1000 == pytest.approx(t_on, rel=0.01)
+    assert _predicted_s(recipe, off) * 1000 == pytest.approx(t_off, rel=0.001)
+    assert "overlap_host_factor 1.6" in run_cli("explain", str(recipe)).stdout
+
+
+def test_a_pair_inside_its_own_run_to_run_range_leaves_the_constant(tmp_path):
+    recipe = _project(tmp_path)
+    before = _profile(recipe).read_text()
+    # on's slowest run is above off's fastest ... but off's slowest (760) is above on's fastest (750): overlapping
+    _record(recipe, [(_pins(recipe, False), [700.0, 720.0, 760.0]), (_pins(recipe, True), [750.0, 800.0, 820.0])])
+    got = overlap_fit.fit(str(_profile(recipe)), str(recipe), "bench-te-mid-auto", [], str(tmp_path / "work"))
+    assert got["value"] is None and "apart" in got["why"] and "noise" in got["pairs"][0]["why"]
+    # touching ranges (off's slowest run = on's fastest) are not apart
+    _profile(recipe).write_text(before)
+    _record(recipe, [(_pins(recipe, False), [700.0, 720.0, 750.0]), (_pins(recipe, True), [750.0, 800.0, 820.0])])
+    assert overlap_fit.fit(str(_profile(recipe)), str(recipe), "bench-te-mid-auto", [], str(tmp_path / "v"))["value"] is None
+    # one millisecond apart is apart
+    _profile(recipe).write_text(before)
+    _record(recipe, [(_pins(recipe, False), [700.0, 720.0, 749.0]), (_pins(recipe, True), [750.0, 800.0, 820.0])])
+    assert overlap_fit.fit(str(_profile(recipe)), str(recipe), "bench-te-mid-auto", [], str(tmp_path / "w"))["value"]
+
+
+def test_pairs_need_the_same_other_knobs_the_same_recipe_and_two_runs_each():
+    off = {"recipe": "r", "pins": {"moe.overlap": False, "parallelism.ep": 4}, "run_ms": [1.0, 2.0]}
+    on = {"recipe": "r", "pins": {"moe.overlap": True, "parallelism.ep": 4}, "run_ms": [3.0, 4.0]}
+    assert overlap_fit.pairs([off, on], "r") == [(off, on)]
+    assert overlap_fit.pairs([off, {**on, "pins": {"moe.overlap": True, "parallelism.ep": 2}}], "r") == []
+    assert overlap_fit.pairs([off, on], "other") == []
+    assert overlap_fit.pairs([off, {**on, "run_ms": [3.0]}], "r") == []  # one run has no range
+    assert overlap_fit.pairs([off, {**on, "run_ms": None}], "r") == []  # entries from before run_ms
+    assert overlap_fit.pairs([off, {**on, "pins": {"moe.overlap": "yes", "parallelism.ep": 4}}], "r") == []
+    assert overlap_fit.pairs(["junk", None, off, on], "r") == [(off, on)]  # a hand-edited list does not crash it
+
+
+def test_no_pair_no_fit_and_the_reason(tmp_path):
+    recipe = _project(tmp_path)
+    got = overlap_fit.fit(str(_profile(recipe)), str(recipe), "bench-te-mid-auto", [], str(tmp_path / "work"))
+    assert got == {"value": None, "pairs": [], "why": got["why"]} and "both on and off" in got["why"]
+
+
+def test_the_solver_stops_at_the_bounds_and_says_so():
+    assert overlap_fit.solve(1.3, lambda f: 1.0 + 0.5 * (f - 1.0)) == (1.6, "")
+    f, note = overlap_fit.solve(9.0, lambda f: 1.0 + 0.5 * (f - 1.0))
+    assert f == 4.0 and "highest factor 4" in note
+    f, note = overlap_fit.solve(0.5, lambda f: 1.0 + 0.5 * (f - 1.0))
+    assert f == 0.5 and "lowest factor 0.5" in note
+
+
+@pytest.mark.parametrize("value", ["true", "0.49", "4.01", "'1.2'"])
+def test_a_profile_value_outside_0_5_to_4_or_not_a_number_is_refused_at_its_line(tmp_path, value):
+    recipe = _project(tmp_path)
+    prof = _profile(recipe)
+    prof.write_text(prof.read_text() + f"overlap_host_factor: {value}\n")
+    line = len(prof.read_text().splitlines())
+    with pytest.raises(InputError) as err:
+        analyse(str(recipe))
+    d = err.value.diagnostics[0]
+    assert "`overlap_host_factor` must be a number from 0.5 to 4" in d.message and d.position.line == line
+
+
+@pytest.mark.parametrize("value", ["0.5", "4"])
+def test_the_bounds_themselves_are_accepted(tmp_path, value):
+    recipe = _project(tmp_path)
+    prof = _profile(recipe)
+    prof.write_text(prof.read_text() + f"overlap_host_factor: {value}\n")
+    assert analyse(str(recipe)).plan.hardware["cluster"]["overlap_host_factor"] == float(value)
+
+
+def test_tune_writes_the_factor_after_a_race_that_measured_overlap_on_and_off_apart(tmp_path):
+    recipe = _project(tmp_path)
+    # a race of the model's own close plans, each forced to measure overlap on and off: a cluster where overlap
+    # costs 30 % on top of the plain plan
+    off, on = _pins(recipe, False), _pins(recipe, True)
+    state_plans = {"c1": {"plan": "off", "pins": off, "predicted_s": 0.7, "chosen": True},
+                   "c2": {"plan": "on", "pins": on, "predicted_s": 0.75}}
+    work = tmp_path / "work"
+    work.mkdir()
+    state = {"recipe": str(recipe), "work": str(work), "band": 0.16, "iterations": 20, "candidates": state_plans,
+             "runs": {"c1": [700.0, 705.0, 710.0], "c2": [910.0, 915.0, 920.0]}}
+    (work / "state.json").write_text(__import__("json").dumps(state))
+    rep = tune.report(state)
+    tune.finish(rep, str(recipe), [], write=False)
+    assert rep["profile_entries_added"] == 2 and rep["overlap_fit"]["value"] is not None
+    assert analyse(str(recipe)).plan.hardware["cluster"]["overlap_host_factor"] == rep["overlap_fit"]["value"]
+    assert _predicted_s(recipe, on) / _predicted_s(recipe, off) == pytest.approx(915.0 / 705.0, rel=0.01)
+    shown = tune.text(rep)
+    assert "EP overlap on/off measured x1.298" in shown and "set overlap_host_factor" in shown
