@@ -167,3 +167,11 @@ def test_tune_writes_the_factor_after_a_race_that_measured_overlap_on_and_off_ap
     assert _predicted_s(recipe, on) / _predicted_s(recipe, off) == pytest.approx(915.0 / 705.0, rel=0.01)
     shown = tune.text(rep)
     assert "EP overlap on/off measured x1.298" in shown and "set overlap_host_factor" in shown
+
+
+def test_a_measured_overlap_factor_starts_a_fresh_race_as_a_new_host_factor_does(tmp_path):
+    recipe = _project(tmp_path)
+    before = tune._fingerprint(str(recipe), [], {})
+    prof = _profile(recipe)
+    prof.write_text(prof.read_text() + "overlap_host_factor: 1.3\n")
+    assert tune._fingerprint(str(recipe), [], {}) != before  # the model's view of the close plans changed

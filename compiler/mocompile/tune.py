@@ -134,7 +134,7 @@ def pin_sets(pins: dict[str, Any]) -> list[str]:
 # ---------------------------------------------------------------- running
 def _fingerprint(recipe: str, sets: list[str], options: dict[str, Any]) -> str:
     """What a saved state is valid for: the recipe's text, the options, and what the cluster profile tells the
-    planner (host factor, missing packages). Not the profile's ``measured:`` list, which tune itself extends."""
+    planner (host factor, overlap factor, missing packages). Not the profile's ``measured:`` list, which tune itself extends."""
     from mocompile.errors import InputError
     from mocompile.pipeline import analyse
 
