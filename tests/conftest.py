@@ -58,3 +58,17 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> sub
         e.update(env)
     return subprocess.run([sys.executable, "-m", "mocompile", *args], cwd=cwd or ROOT, env=e,
                           capture_output=True, text=True, timeout=120)
+
+
+def tune_project(tmp_path: Path) -> Path:
+    """A project (pyproject.toml, recipes/, clusters/) holding the mid TE recipe and the lent 4x H100 profile it
+    names: the measure loop's tests edit the profile and the recipe, never the repository's."""
+    import shutil
+
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "clusters").mkdir()
+    shutil.copy(ROOT / "clusters" / "lent-h100x4.yaml", tmp_path / "clusters")
+    text = (ROOT / "recipes" / "bench" / "bench-te-mid-auto.yaml").read_text().replace("../../clusters", "../clusters")
+    (tmp_path / "recipes" / "te.yaml").write_text(text)
+    return tmp_path / "recipes" / "te.yaml"

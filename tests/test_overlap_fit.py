@@ -7,24 +7,13 @@ race ranks by). Everything compiles through the real pipeline and the real clust
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_cli
+from conftest import run_cli, tune_project
 from mocompile import overlap_fit, tune
 from mocompile.errors import InputError
 from mocompile.pipeline import analyse
-
-
-def _project(tmp_path: Path) -> Path:
-    (tmp_path / "pyproject.toml").write_text("")
-    (tmp_path / "recipes").mkdir()
-    (tmp_path / "clusters").mkdir()
-    shutil.copy(ROOT / "clusters" / "lent-h100x4.yaml", tmp_path / "clusters")
-    text = (ROOT / "recipes" / "bench" / "bench-te-mid-auto.yaml").read_text().replace("../../clusters", "../clusters")
-    (tmp_path / "recipes" / "te.yaml").write_text(text)
-    return tmp_path / "recipes" / "te.yaml"
 
 
 def _profile(recipe: Path) -> Path:
@@ -65,7 +54,7 @@ def _record(recipe: Path, entries: list[tuple[dict, list[float]]]) -> None:
 
 
 def test_the_fit_gives_back_the_factor_the_runs_were_made_with(tmp_path):
-    recipe = _project(tmp_path)
+    recipe = tune_project(tmp_path)
     off, on = _pins(recipe, False), _pins(recipe, True)
     # the measured cluster: the model's own steps at overlap_host_factor 1.6 (the calibrated one is 1.088)
     t_off = _predicted_s(recipe, off, _with_factor(recipe, 1.6)) * 1000
@@ -86,7 +75,7 @@ def test_the_fit_gives_back_the_factor_the_runs_were_made_with(tmp_path):
 
 
 def test_a_pair_inside_its_own_run_to_run_range_leaves_the_constant(tmp_path):
-    recipe = _project(tmp_path)
+    recipe = tune_project(tmp_path)
     before = _profile(recipe).read_text()
     # on's slowest run is above off's fastest ... but off's slowest (760) is above on's fastest (750): overlapping
     _record(recipe, [(_pins(recipe, False), [700.0, 720.0, 760.0]), (_pins(recipe, True), [750.0, 800.0, 820.0])])
@@ -115,7 +104,7 @@ def test_pairs_need_the_same_other_knobs_the_same_recipe_and_two_runs_each():
 
 
 def test_no_pair_no_fit_and_the_reason(tmp_path):
-    recipe = _project(tmp_path)
+    recipe = tune_project(tmp_path)
     got = overlap_fit.fit(str(_profile(recipe)), str(recipe), "bench-te-mid-auto", [], str(tmp_path / "work"))
     assert got == {"value": None, "pairs": [], "why": got["why"]} and "both on and off" in got["why"]
 
@@ -130,7 +119,7 @@ def test_the_solver_stops_at_the_bounds_and_says_so():
 
 @pytest.mark.parametrize("value", ["true", "0.49", "4.01", "'1.2'"])
 def test_a_profile_value_outside_0_5_to_4_or_not_a_number_is_refused_at_its_line(tmp_path, value):
-    recipe = _project(tmp_path)
+    recipe = tune_project(tmp_path)
     prof = _profile(recipe)
     prof.write_text(prof.read_text() + f"overlap_host_factor: {value}\n")
     line = len(prof.read_text().splitlines())
@@ -142,14 +131,14 @@ def test_a_profile_value_outside_0_5_to_4_or_not_a_number_is_refused_at_its_line
 
 @pytest.mark.parametrize("value", ["0.5", "4"])
 def test_the_bounds_themselves_are_accepted(tmp_path, value):
-    recipe = _project(tmp_path)
+    recipe = tune_project(tmp_path)
     prof = _profile(recipe)
     prof.write_text(prof.read_text() + f"overlap_host_factor: {value}\n")
     assert analyse(str(recipe)).plan.hardware["cluster"]["overlap_host_factor"] == float(value)
 
 
 def test_tune_writes_the_factor_after_a_race_that_measured_overlap_on_and_off_apart(tmp_path):
-    recipe = _project(tmp_path)
+    recipe = tune_project(tmp_path)
     # a race of the model's own close plans, each forced to measure overlap on and off: a cluster where overlap
     # costs 30 % on top of the plain plan
     off, on = _pins(recipe, False), _pins(recipe, True)
@@ -170,7 +159,7 @@ def test_tune_writes_the_factor_after_a_race_that_measured_overlap_on_and_off_ap
 
 
 def test_a_measured_overlap_factor_starts_a_fresh_race_as_a_new_host_factor_does(tmp_path):
-    recipe = _project(tmp_path)
+    recipe = tune_project(tmp_path)
     before = tune._fingerprint(str(recipe), [], {})
     prof = _profile(recipe)
     prof.write_text(prof.read_text() + "overlap_host_factor: 1.3\n")

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT, run_cli, tune_project
 from mocompile import cluster, measure, probe, steptime, tune
 from mocompile.errors import UsageError
 from mocompile.pipeline import analyse
@@ -199,16 +199,6 @@ def test_six_plans_take_eleven_runs():
 
 
 # ---------------------------------------------------------------- tune end to end (launcher stood in for)
-def _tune_project(tmp_path: Path) -> Path:
-    root = _project(tmp_path)
-    (root / "recipes").mkdir()
-    (root / "clusters").mkdir()
-    shutil.copy(ROOT / "clusters" / "lent-h100x4.yaml", root / "clusters")
-    text = (ROOT / "recipes" / "bench" / "bench-te-mid-auto.yaml").read_text().replace("../../clusters", "../clusters")
-    (root / "recipes" / "te.yaml").write_text(text)
-    return root / "recipes" / "te.yaml"
-
-
 def _cluster_time(script: str) -> float:
     """A made-up cluster where the flex dispatchers win by 10 % and CUDA graphs cost 5 %."""
     s = _settings(script)
@@ -217,7 +207,7 @@ def _cluster_time(script: str) -> float:
 
 
 def test_tune_measures_the_close_plans_records_them_and_pins_the_winner_only_with_write(tmp_path):
-    recipe = _tune_project(tmp_path)
+    recipe = tune_project(tmp_path)
     before = recipe.read_text()
     calls = []
 
@@ -258,7 +248,7 @@ def test_tune_measures_the_close_plans_records_them_and_pins_the_winner_only_wit
 
 
 def test_tune_resumes_after_an_interruption_without_repeating_finished_runs(tmp_path):
-    recipe = _tune_project(tmp_path)
+    recipe = tune_project(tmp_path)
     calls = []
 
     def launcher(script, env, log, timeout):
@@ -288,7 +278,7 @@ def test_tune_resumes_after_an_interruption_without_repeating_finished_runs(tmp_
 
 
 def test_a_plan_that_fails_on_the_cluster_is_dropped_and_named(tmp_path):
-    recipe = _tune_project(tmp_path)
+    recipe = tune_project(tmp_path)
 
     def launcher(script, env, log, timeout):
         if _settings(script)["moe_token_dispatcher_type"] == "flex":
@@ -330,7 +320,7 @@ def test_a_profile_with_a_malformed_measured_list_is_refused_with_its_position(t
 
 
 def test_tune_skips_plans_whose_dispatcher_the_probe_found_missing(tmp_path):
-    recipe = _tune_project(tmp_path)
+    recipe = tune_project(tmp_path)
     prof = recipe.parent.parent / "clusters" / "lent-h100x4.yaml"
     prof.write_text(prof.read_text() + 'probe:\n  missing: ["deep_ep", "hybrid_ep"]\n')
     plans, _ = tune.candidates(str(recipe), [], None, 8)

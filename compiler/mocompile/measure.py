@@ -9,6 +9,7 @@ never imports torch or Megatron.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import socket
@@ -65,6 +66,26 @@ def steady_rows(rows: list[dict[str, Any]], warmup: int = WARMUP_STEPS,
 def steady_ms(rows: list[dict[str, Any]], warmup: int = WARMUP_STEPS, skip: set[int] | None = None) -> list[float]:
     """Step times after the warm-up, leaving out the iterations in ``skip`` (e.g. profiled ones)."""
     return [float(r["step_ms"]) for r in steady_rows(rows, warmup, skip)]
+
+
+def solve_rising(target: float, predict: Callable[[float], float], bounds: tuple[float, float],
+                 steps: int = 40) -> tuple[float, str]:
+    """The value in ``bounds`` at which a prediction that rises with it meets a measured ``target``, by bisection
+    on its logarithm (how ``probe`` fits a host factor and ``tune`` an overlap factor). At or beyond a bound the
+    bound is returned with ``"lowest"`` or ``"highest"``, for the caller to say so; else ``""``."""
+    lo, hi = bounds
+    if target <= predict(lo):
+        return lo, "lowest"
+    if target >= predict(hi):
+        return hi, "highest"
+    a, b = math.log(lo), math.log(hi)
+    for _ in range(steps):
+        mid = (a + b) / 2
+        if predict(math.exp(mid)) < target:
+            a = mid
+        else:
+            b = mid
+    return round(math.exp((a + b) / 2), 3), ""
 
 
 def spread(values: list[float]) -> float:

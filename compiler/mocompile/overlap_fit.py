@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import os
 import statistics
 from collections.abc import Callable
@@ -55,21 +54,13 @@ def apart(a: list[float], b: list[float]) -> bool:
 
 
 def solve(ratio: float, predict_ratio: Callable[[float], float]) -> tuple[float, str]:
-    """The factor at which ``predict_ratio`` (on/off, rising with the factor) equals the measured ``ratio``
-    (bisection on its logarithm), and a note when the ratio lies beyond what an allowed factor predicts."""
-    lo, hi = OVERLAP_HOST_FACTOR
-    if ratio <= predict_ratio(lo):
-        return lo, f"the measured ratio x{ratio:.3f} is at or below the model's at the lowest factor {lo:g}"
-    if ratio >= predict_ratio(hi):
-        return hi, f"the measured ratio x{ratio:.3f} is at or above the model's at the highest factor {hi:g}"
-    a, b = math.log(lo), math.log(hi)
-    for _ in range(30):
-        mid = (a + b) / 2
-        if predict_ratio(math.exp(mid)) < ratio:
-            a = mid
-        else:
-            b = mid
-    return round(math.exp((a + b) / 2), 3), ""
+    """The factor at which ``predict_ratio`` (on/off, rising with the factor) equals the measured ``ratio``, and a
+    note when the ratio lies beyond what an allowed factor predicts (the bound is returned then)."""
+    factor, bound = measure.solve_rising(ratio, predict_ratio, OVERLAP_HOST_FACTOR, steps=30)
+    if bound:
+        return factor, (f"the measured ratio x{ratio:.3f} is at or {'below' if bound == 'lowest' else 'above'} "
+                        f"the model's at the {bound} factor {factor:g}")
+    return factor, ""
 
 
 def _load(path: str) -> dict[str, Any]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 import os
 import re
 import statistics
@@ -145,20 +144,11 @@ def predictor(work: str, recipe: str, sets: list[str] | None = None,
 def fit_host_factor(measured_s: float, predict: Callable[[float], float]) -> tuple[float, str]:
     """The ``host_factor`` at which ``predict`` equals ``measured_s`` (bisection on log h), and a note when
     the measurement lies outside what any allowed factor predicts (the bound is returned then)."""
-    lo, hi = HOST_FACTOR
-    p_lo, p_hi = predict(lo), predict(hi)
-    if measured_s <= p_lo:
-        return lo, f"measured {measured_s * 1e3:.0f} ms is at or below the model's step at the lowest host factor"
-    if measured_s >= p_hi:
-        return hi, f"measured {measured_s * 1e3:.0f} ms is at or above the model's step at the highest host factor"
-    a, b = math.log(lo), math.log(hi)
-    for _ in range(40):
-        mid = (a + b) / 2
-        if predict(math.exp(mid)) < measured_s:
-            a = mid
-        else:
-            b = mid
-    return round(math.exp((a + b) / 2), 3), ""
+    factor, bound = measure.solve_rising(measured_s, predict, HOST_FACTOR)
+    if bound:
+        return factor, (f"measured {measured_s * 1e3:.0f} ms is at or {'below' if bound == 'lowest' else 'above'} "
+                        f"the model's step at the {bound} host factor")
+    return factor, ""
 
 
 def kernel_section(result: dict[str, Any] | None, gpu: str, note: str = "") -> dict[str, Any]:
