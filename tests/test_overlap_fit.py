@@ -164,3 +164,20 @@ def test_a_measured_overlap_factor_starts_a_fresh_race_as_a_new_host_factor_does
     prof = _profile(recipe)
     prof.write_text(prof.read_text() + "overlap_host_factor: 1.3\n")
     assert tune._fingerprint(str(recipe), [], {}) != before  # the model's view of the close plans changed
+
+
+def test_a_hand_edited_pair_whose_pins_no_longer_compile_is_named_and_skipped(tmp_path):
+    recipe = tune_project(tmp_path)
+    broken = {**_pins(recipe, False), "parallelism.ep": 3}  # 64 experts do not split over EP 3
+    _record(recipe, [(broken, [700.0, 705.0]), ({**broken, "moe.overlap": True}, [900.0, 905.0])])
+    got = overlap_fit.fit(str(_profile(recipe)), str(recipe), "bench-te-mid-auto", [], str(tmp_path / "work"))
+    assert got["value"] is None and got["pairs"][0]["factor"] is None
+    assert "does not compile with the measured pins" in got["pairs"][0]["why"]
+
+
+def test_a_pin_value_of_the_wrong_type_is_named_too_not_a_traceback(tmp_path):
+    recipe = tune_project(tmp_path)
+    odd = {**_pins(recipe, False), "parallelism.tp": "two"}
+    _record(recipe, [(odd, [700.0, 705.0]), ({**odd, "moe.overlap": True}, [900.0, 905.0])])
+    got = overlap_fit.fit(str(_profile(recipe)), str(recipe), "bench-te-mid-auto", [], str(tmp_path / "work"))
+    assert got["value"] is None and "does not compile with the measured pins" in got["pairs"][0]["why"]

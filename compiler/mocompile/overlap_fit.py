@@ -20,6 +20,7 @@ from typing import Any
 
 from mocompile import measure
 from mocompile.cluster import OVERLAP_HOST_FACTOR
+from mocompile.errors import InputError, UsageError
 from mocompile.textsafe import visible
 
 TRIAL = "trial-overlap-cluster.yaml"
@@ -73,7 +74,6 @@ def _load(path: str) -> dict[str, Any]:
 
 def _predictor(recipe: str, sets: list[str], profile: dict[str, Any], work: str) -> Callable[[dict[str, Any], float], float]:
     """Predicted step (s) of ``recipe`` with a plan's pins, on a copy of the profile with a trial factor."""
-    from mocompile.errors import UsageError
     from mocompile.pipeline import analyse
     from mocompile.tune import pin_sets
 
@@ -84,7 +84,11 @@ def _predictor(recipe: str, sets: list[str], profile: dict[str, Any], work: str)
 
     def predict(pins: dict[str, Any], factor: float) -> float:
         measure.write_text_atomic(trial, json.dumps({**base, "overlap_host_factor": factor}) + "\n")
-        res = analyse(recipe, list(sets) + pin_sets(pins) + [where])
+        try:
+            res = analyse(recipe, list(sets) + pin_sets(pins) + [where])
+        except InputError as exc:  # e.g. a pin value of the wrong type, from a hand-edited profile
+            raise UsageError(f"{recipe} does not compile with the measured pins: "
+                             + "; ".join(f"{d.rule}: {d.message}" for d in exc.diagnostics)) from None
         if res.errors or res.plan is None:
             raise UsageError(f"{recipe} does not compile with the measured pins: "
                              + "; ".join(f"{d.rule}: {d.message}" for d in res.errors))
@@ -110,13 +114,17 @@ def fit(profile_file: str, recipe: str, recipe_name: str, sets: list[str], work:
                                "off_ms": [min(a), max(a)], "on_ms": [min(b), max(b)], "factor": None}
         if not apart(a, b):
             row["why"] = "the ranges of run medians overlap: the overlap's cost is inside the runs' noise"
-        else:
+            rows.append(row)
+            continue
+        try:
             t_off = predict(off["pins"], OVERLAP_HOST_FACTOR[0])  # overlap off does not read the factor
 
             def ratio_at(f: float, pins: dict[str, Any] = on["pins"], t_off: float = t_off) -> float:
                 return predict(pins, f) / t_off
 
             row["factor"], row["note"] = solve(ratio, ratio_at)
+        except UsageError as exc:  # a hand-edited entry whose pins no longer compile: that pair only
+            row["why"] = str(exc)
         rows.append(row)
     fitted = [r["factor"] for r in rows if r["factor"] is not None]
     if not fitted:
