@@ -7,12 +7,13 @@ race ranks by). Everything compiles through the real pipeline and the real clust
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from conftest import run_cli, tune_project
 from mocompile import overlap_fit, tune
-from mocompile.errors import InputError
+from mocompile.errors import InputError, UsageError
 from mocompile.pipeline import analyse
 
 
@@ -148,7 +149,7 @@ def test_tune_writes_the_factor_after_a_race_that_measured_overlap_on_and_off_ap
     work.mkdir()
     state = {"recipe": str(recipe), "work": str(work), "band": 0.16, "iterations": 20, "candidates": state_plans,
              "runs": {"c1": [700.0, 705.0, 710.0], "c2": [910.0, 915.0, 920.0]}}
-    (work / "state.json").write_text(__import__("json").dumps(state))
+    (work / "state.json").write_text(json.dumps(state))
     rep = tune.report(state)
     tune.finish(rep, str(recipe), [], write=False)
     assert rep["profile_entries_added"] == 2 and rep["overlap_fit"]["value"] is not None
@@ -181,3 +182,43 @@ def test_a_pin_value_of_the_wrong_type_is_named_too_not_a_traceback(tmp_path):
     _record(recipe, [(odd, [700.0, 705.0]), ({**odd, "moe.overlap": True}, [900.0, 905.0])])
     got = overlap_fit.fit(str(_profile(recipe)), str(recipe), "bench-te-mid-auto", [], str(tmp_path / "work"))
     assert got["value"] is None and "does not compile with the measured pins" in got["pairs"][0]["why"]
+
+
+def _overlap_cluster(script: str, runs: list[int]) -> float:
+    """A made-up cluster where EP overlap costs 30 %; successive runs of a plan wobble by +-1 %."""
+    lock = json.loads(Path(script).with_name("mocompile.lock.json").read_text())
+    on = lock["settings"]["overlap_moe_expert_parallel_comm"]["value"]
+    runs.append(1)
+    return 700.0 * (1.3 if on else 1.0) * (1.0 + 0.01 * ((len(runs) % 3) - 1))
+
+
+def test_tune_overlap_races_the_model_plan_against_its_overlap_twin_and_fits_the_factor(tmp_path):
+    recipe = tune_project(tmp_path)
+    seen: list[int] = []
+    plans: list[bool] = []
+
+    def launcher(script, env, log, timeout):
+        lock = json.loads(Path(script).with_name("mocompile.lock.json").read_text())
+        plans.append(lock["settings"]["overlap_moe_expert_parallel_comm"]["value"])
+        ms = _overlap_cluster(script, seen)
+        with open(env["MOCOMPILE_METRICS"], "w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps({"iteration": i, "step_ms": ms}) + "\n" for i in range(1, 21))
+        return 0
+
+    rep = tune.tune(str(recipe), launcher=launcher, quiet=True, overlap_ab=True)
+    assert [r["plan"].split(", ")[2] for r in rep["plans"]] == ["overlap off", "overlap on"]
+    assert sorted(plans) == [False] * 3 + [True] * 3  # --repeats runs of each, whatever the band
+    tune.finish(rep, str(recipe), [], write=False)
+    assert rep["overlap_fit"]["value"] is not None and rep["overlap_fit"]["pairs"][0]["measured_ratio"] == 1.3
+    off, on = _pins(recipe, False), _pins(recipe, True)
+    assert _predicted_s(recipe, on) / _predicted_s(recipe, off) == pytest.approx(1.3, rel=0.01)
+    assert "EP overlap flipped" in tune.text(rep)
+
+
+def test_tune_overlap_says_why_when_the_plan_cannot_flip_overlap(tmp_path):
+    recipe = tune_project(tmp_path)
+    with pytest.raises(UsageError) as err:
+        tune.tune(str(recipe), ["parallelism.ep=1"], launcher=lambda *a: 0, quiet=True, overlap_ab=True)
+    assert "cannot run with EP overlap on" in str(err.value)
+    bad = run_cli("tune", str(recipe), "--overlap", "--band", "0.1")
+    assert bad.returncode == 2 and "--band does not apply" in bad.stderr and "Traceback" not in bad.stderr

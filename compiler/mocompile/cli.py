@@ -134,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sbatch-args", default=None, help="more sbatch options with --launcher slurm, e.g. "
                                                          "\"--partition gpu --account me\"")
     p.add_argument("--write", action="store_true", help="pin the measured fastest plan's knobs in the recipe")
+    p.add_argument("--overlap", action="store_true",
+                   help="race only the model's plan and the same plan with EP overlap flipped, --repeats runs each: "
+                        "a pair measured apart sets the cluster profile's overlap_host_factor")
     _overrides(p)
     _common(p, ("auto", "text", "json"))
     p = sub.add_parser("rankprobe", help="run one rank of the plan at full size on this machine's GPU (fake process "

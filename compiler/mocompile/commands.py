@@ -494,12 +494,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from mocompile import tune
     if args.band is not None and not 0 <= args.band <= 1:
         raise UsageError("--band is a share of the fastest predicted step, from 0 to 1 (e.g. 0.15)")
+    if args.overlap and args.band is not None:
+        raise UsageError("--overlap races the model's plan against its EP-overlap twin: --band does not apply")
     launcher, targets = _launcher(args)
 
     def build() -> dict:
         rep = tune.tune(args.recipe, args.sets, args.band, args.max_plans, args.iterations, args.repeats, args.work,
                         launcher=launcher, quiet=_fmtname(args) == "json", timeout=args.timeout,
-                        needs_target=targets[-1])
+                        needs_target=targets[-1], overlap_ab=args.overlap)
         tune.finish(rep, args.recipe, args.sets, args.write)
         return rep
 

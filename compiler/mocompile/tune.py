@@ -116,6 +116,28 @@ def candidates(recipe: str, sets: list[str], band: float | None, max_plans: int)
     return (head + rest)[:max_plans], band
 
 
+def overlap_pair(recipe: str, sets: list[str]) -> list[dict[str, Any]]:
+    """The model's plan and its twin with ``moe.overlap`` flipped (``tune --overlap``): an A/B of EP overlap on this
+    cluster, whatever the band, so that both plans reach ``--repeats`` runs and the pair can be fitted
+    (mocompile.overlap_fit). A twin the rules refuse (EP 1, a schedule overlap cannot run in) is said, not raced."""
+    from mocompile.pipeline import analyse
+
+    res = analyse(recipe, sets)
+    if res.errors or res.plan is None or not res.plan.planner:
+        problems = "; ".join(f"{d.rule}: {d.message}" for d in res.errors) or "no plan"
+        raise UsageError(f"{recipe} does not compile: {problems}")
+    chosen = res.plan.planner["chosen"]
+    twin_pins = {**chosen["pins"], "moe.overlap": not chosen["pins"].get("moe.overlap", False)}
+    twin = analyse(recipe, sets + pin_sets(twin_pins))
+    if twin.errors or twin.plan is None:
+        raise UsageError(f"the model's plan ({chosen['plan']}) cannot run with EP overlap "
+                         f"{'on' if twin_pins['moe.overlap'] else 'off'}: "
+                         + "; ".join(f"{d.rule}: {d.message}" for d in twin.errors))
+    other = twin.plan.planner["chosen"]
+    return [{"plan": chosen["plan"], "pins": chosen["pins"], "predicted_s": chosen["step_time_s"], "chosen": True},
+            {"plan": other["plan"], "pins": twin_pins, "predicted_s": other["step_time_s"], "chosen": False}]
+
+
 def _set_value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -155,7 +177,7 @@ def _fingerprint(recipe: str, sets: list[str], options: dict[str, Any]) -> str:
 def tune(recipe: str, sets: list[str] | None = None, band: float | None = None, max_plans: int = MAX_PLANS,
          iterations: int = ITERATIONS, repeats: int = REPEATS, work: str | None = None,
          launcher: measure.Launcher = measure.run_launcher, quiet: bool = False,
-         timeout: float = 900.0, needs_target: str = "torchrun") -> dict[str, Any]:
+         timeout: float = 900.0, needs_target: str = "torchrun", overlap_ab: bool = False) -> dict[str, Any]:
     """Measure the close plans of ``recipe``; returns the report (state kept in ``work`` for resuming)."""
     from mocompile.emit.writer import write_outputs
     from mocompile.pipeline import compile_recipe
@@ -174,7 +196,7 @@ def tune(recipe: str, sets: list[str] | None = None, band: float | None = None, 
     os.makedirs(os.path.join(work, "runs"), exist_ok=True)
     state_path = os.path.join(work, "state.json")
     fp = _fingerprint(recipe, sets, {"band": band, "max_plans": max_plans, "iterations": iterations,
-                                     "repeats": repeats})
+                                     "repeats": repeats, "overlap": overlap_ab})
     state: dict[str, Any] | None = None
     if os.path.isfile(state_path):
         try:
@@ -186,8 +208,12 @@ def tune(recipe: str, sets: list[str] | None = None, band: float | None = None, 
             state = None  # another recipe, profile or option: start afresh
     resumed = state is not None
     if state is None:
-        plans, used_band = candidates(recipe, sets, band, max_plans)
-        state = {"fingerprint": fp, "recipe": recipe, "work": work, "band": used_band, "iterations": iterations,
+        if overlap_ab:
+            plans, used_band = overlap_pair(recipe, sets), band
+        else:
+            plans, used_band = candidates(recipe, sets, band, max_plans)
+        state = {"fingerprint": fp, "recipe": recipe, "work": work, "band": used_band, "overlap": overlap_ab,
+                 "iterations": iterations,
                  "candidates": {f"c{i + 1}": c for i, c in enumerate(plans)}, "runs": {}}
         measure.write_json_atomic(state_path, state)
     order = list(state["candidates"])
@@ -253,7 +279,8 @@ def report(state: dict[str, Any], resumed: bool = False) -> dict[str, Any]:
     gain = None
     if best and chosen and score(runs.get(chosen, [])) and best != chosen:
         gain = round(1 - score(runs[best]) / score(runs[chosen]), 4)  # type: ignore[operator]
-    return {"recipe": state["recipe"], "band": state["band"], "work": state.get("work"),
+    return {"recipe": state["recipe"], "band": state["band"], "overlap": bool(state.get("overlap")),
+            "work": state.get("work"),
             "winner_pins": state["candidates"][best]["pins"] if best else None, "iterations": state["iterations"],
             "resumed": resumed,
             "plans": rows, "winner": best, "winner_plan": state["candidates"][best]["plan"] if best else None,
@@ -343,8 +370,10 @@ def finish(rep: dict[str, Any], recipe: str, sets: list[str], write: bool) -> No
 def text(rep: dict[str, Any]) -> str:
     from mocompile.textsafe import visible
 
-    lines = [f"tuned {visible(rep['recipe'])}: plans predicted within {rep['band']:.0%} of the fastest, "
-             f"{rep['iterations']} iterations a run" + (" (resumed)" if rep["resumed"] else "")]
+    what = ("the model's plan against itself with EP overlap flipped" if rep.get("overlap") or rep["band"] is None
+            else f"plans predicted within {rep['band']:.0%} of the fastest")
+    lines = [f"tuned {visible(rep['recipe'])}: {what}, {rep['iterations']} iterations a run"
+             + (" (resumed)" if rep["resumed"] else "")]
     for r in rep["plans"]:
         runs = ", ".join("failed" if x is None else f"{x:.0f}" for x in r["runs"]) or "not run"
         meas = f"{r['measured_ms']:.0f} ms (spread {r['spread']:.0%})" if r["measured_ms"] else "-"
