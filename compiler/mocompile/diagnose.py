@@ -245,14 +245,16 @@ def proposals(wall_name: str, lock: dict[str, Any]) -> list[tuple[str, str]]:
         if s.get("moe_token_dispatcher_type") != "alltoall":
             out.append(("moe.dispatcher=alltoall", "fewer, larger launches than a flex dispatcher on a launch-bound step"))
         if s.get("overlap_moe_expert_parallel_comm"):
-            out.append(("moe.overlap=false", "the overlapped schedule adds host work per layer"))
+            out.append(("moe.overlap=false", "the overlapped schedule adds host work per layer (`mocompile tune "
+                                             "--overlap` measures how much on this cluster)"))
     elif wall_name == "communication":
         for d in ("deepep", "hybridep", "alltoall"):
             if d != (s.get("moe_flex_dispatcher_backend") if s.get("moe_token_dispatcher_type") == "flex"
                      else s.get("moe_token_dispatcher_type")):
                 out.append((f"moe.dispatcher={d}", "another token dispatcher"))
         if not s.get("overlap_moe_expert_parallel_comm"):
-            out.append(("moe.overlap=true", "hide the EP all-to-all behind the other micro-batch's compute"))
+            out.append(("moe.overlap=true", "hide the EP all-to-all behind the other micro-batch's compute "
+                                            "(`mocompile tune --overlap` measures it on this cluster)"))
         ep = s.get("expert_model_parallel_size")
         if isinstance(ep, int) and ep > 1:
             out.append((f"parallelism.ep={ep // 2}", "a smaller EP group keeps more all-to-all inside NVLink"))
