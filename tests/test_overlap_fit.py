@@ -222,3 +222,67 @@ def test_tune_overlap_says_why_when_the_plan_cannot_flip_overlap(tmp_path):
     assert "cannot run with EP overlap on" in str(err.value)
     bad = run_cli("tune", str(recipe), "--overlap", "--band", "0.1")
     assert bad.returncode == 2 and "--band does not apply" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def _recorded_probe(root: Path, host: float, overlap: float | None, spread: tuple[float, ...] = (0.98, 1.0, 1.02)) -> Path:
+    """A probe's recorded runs (as `probe --from-runs` reads them): the probe plan's steps as the model predicts
+    them at ``host`` (host_factor) and, with EP overlap on, at ``overlap`` (overlap_host_factor)."""
+    from mocompile import probe
+
+    work = root / ".mocompile" / "probe"
+    work.mkdir(parents=True, exist_ok=True)
+    recipe = work / "probe.yaml"
+    recipe.write_text(json.dumps(probe.intent("h100", 4, "2.12.0")))
+    plain = probe.predictor(str(work), str(recipe))(host) * 1000
+    runs = root / "recorded"
+    runs.mkdir(exist_ok=True)
+    for i, s in enumerate(spread, 1):
+        (runs / f"probe-{i}.jsonl").write_text("".join(
+            json.dumps({"iteration": it, "step_ms": plain * s}) + "\n" for it in range(1, 21)))
+    if overlap is not None:
+        on = overlap_fit.step_predictor(str(recipe), [], {"schema": 1, "name": "t", "host_factor": host},
+                                        str(work))({"moe.overlap": True}, overlap) * 1000
+        for i, s in enumerate(spread, 1):
+            (runs / f"probe-overlap-{i}.jsonl").write_text("".join(
+                json.dumps({"iteration": it, "step_ms": on * s}) + "\n" for it in range(1, 21)))
+    (runs / "environment.json").write_text(json.dumps({"torch": "2.11.0", "transformer_engine": "2.12.0",
+                                                       "device_name": "H100", "missing": ["deep_ep", "hybrid_ep"]}))
+    return runs
+
+
+def test_probe_overlap_fits_both_factors_from_the_runs_they_were_made_with(tmp_path):
+    from mocompile import probe
+
+    (tmp_path / "pyproject.toml").write_text("")
+    runs = _recorded_probe(tmp_path, host=3.0, overlap=1.5)
+    out = tmp_path / "clusters" / "mine.yaml"
+    rep = probe.probe(str(out), "h100", 4, from_runs=str(runs), quiet=True, overlap=True)
+    assert rep["host_factor"] == pytest.approx(3.0, rel=0.02)
+    assert rep["overlap"]["factor"] == pytest.approx(1.5, rel=0.03)
+    text = out.read_text()
+    assert f"overlap_host_factor: {rep['overlap']['factor']}  # probe --overlap" in text
+    # the profile reads back, and an intent naming it predicts with both factors
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(json.dumps(dict(probe.intent("h100", 4, "2.12.0"), hardware={
+        "gpu": "h100", "nodes": 1, "gpus_per_node": 4, "cluster": "clusters/mine.yaml"})))
+    assert analyse(str(recipe)).plan.hardware["cluster"]["overlap_host_factor"] == rep["overlap"]["factor"]
+    assert f"overlap_host_factor {rep['overlap']['factor']}" in probe.text(rep)
+    # the command line takes the same path
+    shown = run_cli("probe", "-o", "clusters/cli.yaml", "--gpu", "h100", "--gpus-per-node", "4", "--from-runs",
+                    str(runs), "--overlap", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "EP overlap on: runs" in shown.stdout and "overlap_host_factor: " in (tmp_path / "clusters" / "cli.yaml").read_text()
+
+
+def test_probe_overlap_inside_the_noise_or_with_one_run_writes_no_factor(tmp_path):
+    from mocompile import probe
+
+    (tmp_path / "pyproject.toml").write_text("")
+    runs = _recorded_probe(tmp_path, host=3.0, overlap=1.0, spread=(0.9, 1.0, 1.1))  # +-10 %: the ranges overlap
+    out = tmp_path / "clusters" / "mine.yaml"
+    rep = probe.probe(str(out), "h100", 4, from_runs=str(runs), quiet=True, overlap=True)
+    assert rep["overlap"]["factor"] is None and "noise" in rep["overlap"]["why"]
+    assert "overlap_host_factor:" not in out.read_text() and '  overlap: {"runs"' in out.read_text()
+    assert "overlap_host_factor not set" in probe.text(rep)
+    rep = probe.probe(str(out), "h100", 4, from_runs=str(runs), quiet=True, overlap=True, repeats=1)
+    assert rep["overlap"]["factor"] is None and "--repeats 2" in rep["overlap"]["why"]

@@ -111,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--python", default="python3", help="the Python the launcher runs (default python3)")
     p.add_argument("--work", default=None, help="where the probe compiles and logs (default .mocompile/probe)")
     p.add_argument("--from-runs", default=None, help="fit from a probe's recorded metrics in this folder; run nothing")
+    p.add_argument("--overlap", action="store_true", help="run the probe plan again with EP overlap on (needs 2+ "
+                                                          "GPUs): a pair measured apart sets overlap_host_factor")
     p.add_argument("--launcher", choices=("torchrun", "slurm"), default="torchrun",
                    help="run the plans with the generated torchrun.sh on this node (default), or submit their "
                         "slurm.sbatch and wait (from a login node, in a folder the compute nodes see)")

@@ -469,7 +469,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return _measured_report(args, lambda: probe.probe(
         args.output, args.gpu, args.gpus_per_node, args.name, args.repeats, args.iterations, args.python, args.work,
         args.from_runs, launcher=launcher, quiet=_fmtname(args) == "json", kernel_probe=not args.no_kernels,
-        targets=targets), probe.text)
+        targets=targets, overlap=args.overlap), probe.text)
 
 
 def _launcher(args: argparse.Namespace) -> tuple[Any, tuple[str, ...]]:

@@ -72,7 +72,7 @@ def _load(path: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _predictor(recipe: str, sets: list[str], profile: dict[str, Any], work: str) -> Callable[[dict[str, Any], float], float]:
+def step_predictor(recipe: str, sets: list[str], profile: dict[str, Any], work: str) -> Callable[[dict[str, Any], float], float]:
     """Predicted step (s) of ``recipe`` with a plan's pins, on a copy of the profile with a trial factor."""
     from mocompile.pipeline import analyse
     from mocompile.tune import pin_sets
@@ -105,7 +105,7 @@ def fit(profile_file: str, recipe: str, recipe_name: str, sets: list[str], work:
     if not found:
         return {"value": None, "pairs": [],
                 "why": "no plan was measured with EP overlap both on and off (same other knobs, 2+ runs each)"}
-    predict = _predictor(recipe, sets, profile, work)
+    predict = step_predictor(recipe, sets, profile, work)
     rows = []
     for off, on in found:
         a, b = run_ms(off), run_ms(on)

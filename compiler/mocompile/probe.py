@@ -237,7 +237,7 @@ def not_measured(kern: dict[str, Any]) -> list[str]:
 
 def profile_yaml(name: str, host_factor: float, env: dict[str, Any], runs: list[dict[str, Any]],
                  predicted_dgx_ms: float, note: str, gpu: str, gpus_per_node: int,
-                 kern: dict[str, Any] | None = None) -> str:
+                 kern: dict[str, Any] | None = None, overlap: dict[str, Any] | None = None) -> str:
     """The profile file. Every string goes out JSON-quoted (a valid YAML scalar): the device name and
     versions come from the target machine."""
     q = json.dumps
@@ -250,6 +250,8 @@ def profile_yaml(name: str, host_factor: float, env: dict[str, Any], runs: list[
         "schema: 1",
         f"name: {q(name)}",
         f"host_factor: {host_factor}",
+        *([f"overlap_host_factor: {overlap['factor']}  # probe --overlap: the probe plan with EP overlap on "
+           f"measured x{overlap['measured_ratio']:.3f} of it off"] if overlap and overlap.get("factor") else []),
         f"source: {q(source)}",
         "probe:",
         f"  date: {q(today)}",
@@ -271,6 +273,8 @@ def profile_yaml(name: str, host_factor: float, env: dict[str, Any], runs: list[
     lines.append("  runs:")
     for r in runs:
         lines.append(f"    - {q(r)}")
+    if overlap is not None:
+        lines.append(f"  overlap: {q(overlap)}")
     lines.append("# The kernel probe (train.py under MOCOMPILE_PROBE_KERNELS): the model applies gemm_scale and a2a_scale")
     lines.append("# (ratios to the same measurement on a reference Hopper SXM GPU; null: not applied, `why` says why).")
     lines.append("kernels:")
@@ -287,8 +291,9 @@ def probe(output: str, gpu: str, gpus_per_node: int, name: str | None = None, re
           iterations: int = ITERATIONS, python: str = "python3", work: str | None = None,
           from_runs: str | None = None, launcher: measure.Launcher = measure.run_launcher,
           quiet: bool = False, kernel_probe: bool = True,
-          targets: tuple[str, ...] = ("torchrun",)) -> dict[str, Any]:
-    """Run (or read) the probe, fit, write the profile; returns the report (text and JSON print it)."""
+          targets: tuple[str, ...] = ("torchrun",), overlap: bool = False) -> dict[str, Any]:
+    """Run (or read) the probe, fit, write the profile; returns the report (text and JSON print it). With
+    ``overlap`` the probe plan runs again with EP overlap on, and the pair fits ``overlap_host_factor``."""
     from mocompile.emit.writer import write_outputs
     from mocompile.pipeline import compile_recipe
     from mocompile.project import find_root
@@ -357,14 +362,64 @@ def probe(output: str, gpu: str, gpus_per_node: int, name: str | None = None, re
     measured_s = statistics.median(medians) / 1000.0
     factor, note = fit_host_factor(measured_s, predict)
     dgx = predictor(work, recipe)(1.0) * 1000.0  # a DGX-class host with the reference kernels
+    ov = overlap_probe(recipe, work, gen, root, repeats, medians, factor, kern, from_runs, launcher, quiet) \
+        if overlap else None
     text = profile_yaml(name or os.path.splitext(os.path.basename(output))[0], factor, env, runs, dgx, note,
-                        gpu, gpus_per_node, kern)
+                        gpu, gpus_per_node, kern, ov)
     os.makedirs(os.path.dirname(os.path.abspath(output)) or ".", exist_ok=True)
     measure.write_text_atomic(output, text)
     return {"profile": output, "host_factor": factor, "note": note, "measured_ms": round(measured_s * 1e3, 1),
             "spread": round(measure.spread(medians), 3), "predicted_dgx_ms": round(dgx, 1), "runs": runs,
             "environment": {k: v for k, v in env.items() if k != "error"}, "kernels": kern,
-            "not_measured": not_measured(kern)}
+            "not_measured": not_measured(kern), "overlap": ov}
+
+
+def overlap_probe(recipe: str, work: str, gen: str, root: str, repeats: int, plain_ms: list[float], factor: float,
+                  kern: dict[str, Any], from_runs: str | None, launcher: measure.Launcher,
+                  quiet: bool) -> dict[str, Any]:
+    """The probe plan again with EP overlap on (``probe --overlap``): ``repeats`` runs (or ``probe-overlap-N.jsonl``
+    from ``--from-runs``), and, where their run medians lie apart from the plain runs', the ``overlap_host_factor``
+    at which the model (at the fitted ``host_factor``) predicts the measured ratio (mocompile.overlap_fit)."""
+    from mocompile import overlap_fit
+    from mocompile.emit.writer import write_outputs
+    from mocompile.pipeline import compile_recipe
+
+    name = f"{PROBE_NAME}-overlap"
+    if from_runs is None:
+        res = compile_recipe(recipe, ["moe.overlap=true", f"name={name}"], [], os.path.relpath(gen, root))
+        if res.errors or not res.files or res.plan is None:
+            return {"runs": [], "factor": None, "why": "the probe plan cannot run with EP overlap: " +
+                    "; ".join(f"{d.rule}: {d.message}" for d in res.errors)}
+        problem = write_outputs(gen, name, res.files, force=True)
+        if problem:
+            raise UsageError(problem)
+    runs: list[dict[str, Any]] = []
+    bar = measure.Progress(repeats, "probe", quiet)
+    for i in range(repeats):
+        tag = f"probe-overlap-{i + 1}"
+        if from_runs is not None:
+            steps = measure.steady_ms(measure.read_metrics(os.path.join(from_runs, f"{tag}.jsonl")))
+        else:
+            bar.step(f"EP overlap on, run {i + 1} of {repeats}")
+            steps = measure.measure(os.path.join(gen, name), os.path.join(work, "runs"), tag, launcher=launcher).step_ms
+        runs.append({"run": i + 1, "median_ms": round(statistics.median(steps), 2) if steps else None})
+        bar.advance(f"overlap run {i + 1}: " + (f"{runs[-1]['median_ms']:.0f} ms/step" if steps else "failed"))
+    bar.close()
+    on = [r["median_ms"] for r in runs if r["median_ms"]]
+    out: dict[str, Any] = {"runs": runs, "factor": None}
+    if len(on) < 2 or len(plain_ms) < 2:
+        out["why"] = "fewer than two runs of each plan: no range to compare (--repeats 2 or more)"
+        return out
+    out["measured_ratio"] = round(statistics.median(on) / statistics.median(plain_ms), 3)
+    if not overlap_fit.apart(plain_ms, on):
+        out["why"] = "the ranges of run medians overlap: the overlap's cost is inside the runs' noise"
+        return out
+    profile = {"schema": 1, "name": f"{PROBE_NAME}-trial", "host_factor": factor, "kernels": kern}
+    predict = overlap_fit.step_predictor(recipe, [], profile, work)
+    t_off = predict({"moe.overlap": False}, 1.0)
+    out["factor"], out["note"] = overlap_fit.solve(out["measured_ratio"],
+                                                   lambda f: predict({"moe.overlap": True}, f) / t_off)
+    return out
 
 
 def _tail(path: str, lines: int = 8) -> str:
@@ -416,6 +471,13 @@ def text(report: dict[str, Any]) -> str:
                      + (f"; host launch {k['launch_us']:.1f} us per kernel" if k.get("launch_us") else ""))
     if k.get("why"):
         lines.append(f"kernels: {visible(k['why'])}")
+    ov = report.get("overlap")
+    if ov is not None:
+        runs = ", ".join(f"{r['median_ms']:.0f}" if r["median_ms"] else "failed" for r in ov["runs"]) or "none"
+        lines.append("EP overlap on: runs " + runs + " ms/step"
+                     + (f" (x{ov['measured_ratio']:.3f})" if ov.get("measured_ratio") else "") + "; "
+                     + (f"overlap_host_factor {ov['factor']}" + (f" ({visible(ov['note'])})" if ov.get("note") else "")
+                        if ov.get("factor") is not None else "overlap_host_factor not set: " + visible(ov.get("why", ""))))
     lines.append("not measured (DGX defaults kept): " + ", ".join(report["not_measured"]))
     lines.append(f"use it: hardware: {{cluster: {visible(report['profile'])}}} in an intent")
     return "\n".join(lines)
