@@ -4,7 +4,8 @@
 # Environment: RECIPE (default recipes/bench/bench-te-mid2-auto.yaml, 2 GPUs), GPUS (2), PROFILE.
 #   setup     TE from .te/ (te.sh), the Megatron wheel set (prepare_host.sh), mocompile's own four
 #             dependencies from .mcdeps/ into /tmp/mcdeps; skipped when /tmp/site already has them
-#   probe     mocompile probe -> $PROFILE (copied to $OUT), its kernel probe included
+#   probe     mocompile probe -> $PROFILE (copied to $OUT), its kernel probe included (PROBE_OVERLAP=1: --overlap,
+#             the probe plan again with EP overlap on, for the profile's overlap_host_factor)
 #   kernels   the kernel probe (MOCOMPILE_PROBE_KERNELS) at RECIPE's shapes through its torchrun launcher
 #   ab:N      round N of the diagnose A/B: RECIPE's plan as compiled (traced, iterations 26-28),
 #             `mocompile diagnose` on that run, then the change it ranks first compiled and run; both
@@ -58,7 +59,7 @@ for phase in "$@"; do
     probe)
       gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -qi h200 && echo h200 || echo h100)"
       mc probe -o "${PROFILE}" --gpu "${gpu}" --gpus-per-node "${GPUS}" --name "$(basename "${PROFILE}" .yaml)" --repeats "${PROBE_REPEATS:-3}" --iterations "${PROBE_ITERATIONS:-25}" \
-        --format json > "${OUT}/probe.json"
+        ${PROBE_OVERLAP:+--overlap} --format json > "${OUT}/probe.json"
       say "probe rc=$?"; head -40 "${OUT}/probe.json"
       cp "${PROFILE}" "${OUT}/" 2>/dev/null
       mkdir -p "${OUT}/probe-runs"; cp .mocompile/probe/runs/*.jsonl .mocompile/probe/runs/kernels.* "${OUT}/probe-runs/" 2>/dev/null
