@@ -286,3 +286,29 @@ def test_probe_overlap_inside_the_noise_or_with_one_run_writes_no_factor(tmp_pat
     assert "overlap_host_factor not set" in probe.text(rep)
     rep = probe.probe(str(out), "h100", 4, from_runs=str(runs), quiet=True, overlap=True, repeats=1)
     assert rep["overlap"]["factor"] is None and "--repeats 2" in rep["overlap"]["why"]
+
+
+def test_probe_overlap_runs_the_overlap_twin_through_its_own_launcher_and_says_why_on_one_gpu(tmp_path):
+    from mocompile import probe
+    from test_probe_tune import _python
+
+    (tmp_path / "pyproject.toml").write_text("")
+    seen: list[str] = []
+
+    def launcher(script, env, log, timeout):
+        on = json.loads(Path(script).with_name("mocompile.lock.json").read_text())["settings"][
+            "overlap_moe_expert_parallel_comm"]["value"]
+        seen.append(Path(script).parent.name)
+        ms = (650.0 if on else 500.0) * (1 + 0.01 * (len(seen) % 2))
+        with open(env["MOCOMPILE_METRICS"], "w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps({"iteration": i, "step_ms": ms}) + "\n" for i in range(1, 26))
+        return 0
+
+    rep = probe.probe(str(tmp_path / "clusters" / "c.yaml"), "h100", 2, repeats=2, launcher=launcher, quiet=True,
+                      python=_python(tmp_path), kernel_probe=False, overlap=True)
+    assert seen == ["mocompile-probe"] * 2 + ["mocompile-probe-overlap"] * 2
+    assert rep["overlap"]["measured_ratio"] == pytest.approx(1.3, abs=0.01) and rep["overlap"]["factor"] > 1.0
+    one = probe.probe(str(tmp_path / "clusters" / "one.yaml"), "h100", 1, repeats=2, launcher=launcher, quiet=True,
+                      python=_python(tmp_path), kernel_probe=False, overlap=True)
+    assert one["overlap"]["factor"] is None and "cannot run with EP overlap" in one["overlap"]["why"]
+    assert "overlap_host_factor:" not in (tmp_path / "clusters" / "one.yaml").read_text()
