@@ -312,3 +312,12 @@ def test_probe_overlap_runs_the_overlap_twin_through_its_own_launcher_and_says_w
                       python=_python(tmp_path), kernel_probe=False, overlap=True)
     assert one["overlap"]["factor"] is None and "cannot run with EP overlap" in one["overlap"]["why"]
     assert "overlap_host_factor:" not in (tmp_path / "clusters" / "one.yaml").read_text()
+
+
+def test_a_hand_written_profile_with_a_yaml_date_still_fits(tmp_path):
+    recipe = tune_project(tmp_path)
+    prof = _profile(recipe)
+    prof.write_text(prof.read_text().replace("schema: 1\n", "schema: 1\nprobe: {date: 2026-11-27}\n", 1))
+    off, on = _pins(recipe, False), _pins(recipe, True)
+    _record(recipe, [(off, [700.0, 705.0]), (on, [900.0, 905.0])])
+    assert overlap_fit.fit(str(prof), str(recipe), "bench-te-mid-auto", [], str(tmp_path / "work"))["value"] > 1.0

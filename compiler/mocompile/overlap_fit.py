@@ -83,7 +83,8 @@ def step_predictor(recipe: str, sets: list[str], profile: dict[str, Any], work: 
     where = "hardware.cluster=" + os.path.relpath(trial, os.path.dirname(os.path.abspath(recipe)))
 
     def predict(pins: dict[str, Any], factor: float) -> float:
-        measure.write_text_atomic(trial, json.dumps({**base, "overlap_host_factor": factor}) + "\n")
+        # default=str: a hand-written profile may hold YAML dates (probe: {date: 2026-11-27}), which JSON has not
+        measure.write_text_atomic(trial, json.dumps({**base, "overlap_host_factor": factor}, default=str) + "\n")
         try:
             res = analyse(recipe, list(sets) + pin_sets(pins) + [where])
         except InputError as exc:  # e.g. a pin value of the wrong type, from a hand-edited profile
@@ -98,8 +99,9 @@ def step_predictor(recipe: str, sets: list[str], profile: dict[str, Any], work: 
 
 
 def fit(profile_file: str, recipe: str, recipe_name: str, sets: list[str], work: str) -> dict[str, Any]:
-    """Fit the factor from every measured on/off pair of ``recipe_name`` in the profile. Returns ``value``
-    (None: nothing to fit, ``why`` says so) and, per pair, the measured and predicted ratios."""
+    """Fit the factor from every measured on/off pair of ``recipe_name`` in the profile. Returns ``value`` (the
+    median of the pairs' factors; None: nothing to fit, ``why`` says so) and, per pair, the measured ratio and its
+    factor or why it has none."""
     profile = _load(profile_file)
     found = pairs(profile.get("measured") or [], recipe_name)
     if not found:
@@ -128,7 +130,7 @@ def fit(profile_file: str, recipe: str, recipe_name: str, sets: list[str], work:
         rows.append(row)
     fitted = [r["factor"] for r in rows if r["factor"] is not None]
     if not fitted:
-        return {"value": None, "pairs": rows, "why": "no on/off pair was measured apart"}
+        return {"value": None, "pairs": rows, "why": "no on/off pair was both measured apart and compiling with its pins"}
     return {"value": round(statistics.median(fitted), 3), "pairs": rows, "why": ""}
 
 
