@@ -321,3 +321,28 @@ def test_a_hand_written_profile_with_a_yaml_date_still_fits(tmp_path):
     off, on = _pins(recipe, False), _pins(recipe, True)
     _record(recipe, [(off, [700.0, 705.0]), (on, [900.0, 905.0])])
     assert overlap_fit.fit(str(prof), str(recipe), "bench-te-mid-auto", [], str(tmp_path / "work"))["value"] > 1.0
+
+
+def test_a_race_without_an_overlap_pair_says_nothing_about_overlap(tmp_path):
+    recipe = tune_project(tmp_path)
+    off = _pins(recipe, False)
+    work = tmp_path / "work"
+    work.mkdir()
+    state = {"recipe": str(recipe), "work": str(work), "band": 0.16, "iterations": 20,
+             "candidates": {"c1": {"plan": "a", "pins": off, "predicted_s": 0.7, "chosen": True},
+                            "c2": {"plan": "b", "pins": {**off, "moe.dispatcher": "deepep"}, "predicted_s": 0.72}},
+             "runs": {"c1": [700.0, 705.0, 710.0], "c2": [910.0, 915.0, 920.0]}}
+    (work / "state.json").write_text(json.dumps(state))
+    rep = tune.report(state)
+    tune.finish(rep, str(recipe), [], write=False)
+    assert rep["overlap_fit"]["value"] is None and rep["overlap_fit"]["pairs"] == []
+    shown = tune.text(rep)
+    assert "overlap_host_factor" not in shown and "EP overlap on/off" not in shown
+    assert "overlap_host_factor" not in _profile(recipe).read_text()
+    # with a pair inside the noise, the line says why
+    state["candidates"]["c2"] = {"plan": "on", "pins": _pins(recipe, True), "predicted_s": 0.75}
+    state["runs"]["c2"] = [700.0, 712.0, 730.0]
+    (work / "state.json").write_text(json.dumps(state))
+    rep = tune.report(state)
+    tune.finish(rep, str(recipe), [], write=False)
+    assert "overlap_host_factor not set: no on/off pair was both measured apart" in tune.text(rep)

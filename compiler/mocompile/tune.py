@@ -399,7 +399,7 @@ def text(rep: dict[str, Any]) -> str:
         if fit.get("value") is not None:
             lines.append(f"set overlap_host_factor {fit['value']} in {visible(rep['profile'])} (the planner uses it in "
                          "place of the calibrated constant; recipes naming this profile compile anew)")
-        elif fit:
+        elif fit.get("pairs"):  # a race without an on/off pair says nothing about overlap
             lines.append(f"overlap_host_factor not set: {visible(fit.get('why', ''))}")
     elif "profile" in rep:
         lines.append("the recipe names no cluster profile (hardware.cluster): the measurements stay in "
