@@ -153,10 +153,57 @@ def compile_text(data: bytes | str, path: Path, sets: list[str] | None = None, u
             fh.write(f"OUT {outcome} {used:.3f} s CPU, peak RSS {peak} MB\n")
     if stat is not None:
         stat.add(outcome, elapsed, used, raw.decode("utf-8", "replace") + (f" --set {sets}" if sets else ""))
-    assert used < SLOW_S, f"{used:.2f} CPU s (> {SLOW_S} s) on input {raw[:400]!r} sets={sets}"
+    if used >= SLOW_S:
+        # Judged against this process's speed at this moment: CI charged the DeepSeek-V3-on-A100 input (1.2 CPU s
+        # here) with 5.8 s twice in a row while the whole run went 1.5x slower. The reference intent, the same
+        # heavy search, is compiled now; an input is slow only if it is slow relative to it as well.
+        factor = machine_factor(path.parent)
+        assert used < SLOW_S * factor, (f"{used:.2f} CPU s (> {SLOW_S} s x {factor:.2f}, the reference intent's "
+                                        f"slow-down since the session began) on input {raw[:400]!r} sets={sets}")
     return outcome
 
 
+# The heaviest search the fuzzers draw (a 671 B model on one A100 node: nothing fits, every layout is weighed),
+# compiled at the first warm-up and again when an input runs over SLOW_S: their ratio is how much slower this
+# process compiles now than when the session began.
+REFERENCE = b'{"schema": 1, "model": "deepseek-v3", "goal": "throughput", "hardware": {"gpu": "a100"}}\n'
+_BASELINE: list[float] = []
+
+
+def _reference_cpu(folder: Path) -> float:
+    """CPU seconds of one in-process compile of ``REFERENCE`` (the fastest of two), the collector paused."""
+    from mocompile.errors import InputError
+    from mocompile.pipeline import compile_recipe
+
+    path = folder / "_fuzz_reference.yaml"
+    path.write_bytes(REFERENCE)
+    best = float("inf")
+    for _ in range(2):
+        collecting = gc.isenabled()
+        gc.disable()
+        cpu = time.process_time()
+        try:
+            compile_recipe(str(path), None, None)
+        except InputError:
+            pass
+        finally:
+            best = min(best, time.process_time() - cpu)
+            if collecting:
+                gc.enable()
+    return best
+
+
+def machine_factor(folder: Path) -> float:
+    """How many times slower the reference compiles now than at the session's first warm-up (at least 1)."""
+    if not _BASELINE:
+        return 1.0
+    return max(1.0, _reference_cpu(folder) / _BASELINE[0])
+
+
 def warm_up(work: Workdir) -> None:
-    """Compile one real recipe first so imports and template compilation are not timed."""
-    compile_text((RECIPES / "tiny-moe-h100x2.yaml").read_bytes(), work.path_for("tiny-moe-h100x2.yaml"))
+    """Compile one real recipe first so imports and template compilation are not timed; at the session's first
+    warm-up, time the reference intent too (``machine_factor``)."""
+    path = work.path_for("tiny-moe-h100x2.yaml")
+    compile_text((RECIPES / "tiny-moe-h100x2.yaml").read_bytes(), path)
+    if not _BASELINE:
+        _BASELINE.append(_reference_cpu(path.parent))
