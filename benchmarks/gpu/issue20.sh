@@ -12,8 +12,28 @@
 #             timed on iterations 6-24 (the profiled ones left out of both)
 #   grid      benchmarks/gpu/issue20_grid.py: the mid TE model's plans round-robin until GRID_END (s)
 #   tune      mocompile tune RECIPE with the probed profile (TUNE_SETS: more --set words)
+#   bg PHASE...  the phases in the background (own session, so a device call's end does not kill them), in
+#             /tmp/i20w; then `follow`. Lets a probe + tune that outlast one device call (600 s) span several.
+#   follow    wait until the background phases end or CALL_END s (default 570) into this call; pack /tmp/i20w
+#             into $OUT either way (exit 6 on a fresh machine with nothing running)
 # Everything lands in $OUT: console log, metrics, diagnose/tune/probe JSON, the profile, traces (small).
 set -uo pipefail
+if [[ "${1:-}" == bg || "${1:-}" == follow ]]; then
+  W=/tmp/i20w; mkdir -p "${OUT}"; s0=${SECONDS}
+  if [[ "$1" == bg ]]; then
+    shift; rm -rf "${W}"; mkdir -p "${W}"
+    # shellcheck disable=SC2016  # the inner shell expands its own positional parameters
+    (OUT="${W}" setsid nohup bash -c 'bash "$0" "$@"; echo $? > "${OUT}/bg.rc"' "$0" "$@" > "${W}/bg.log" 2>&1 &)
+    sleep 5
+  fi
+  [[ -f "${W}/bg.log" ]] || { echo "issue20: nothing running on this machine (a fresh one?)"; exit 6; }
+  while [[ ! -f "${W}/bg.rc" ]] && (( SECONDS - s0 < ${CALL_END:-570} )); do sleep 10; done
+  if [[ -f "${W}/bg.rc" ]]; then echo "issue20: background phases ended rc=$(cat "${W}/bg.rc")"; else echo "issue20: still running"; fi
+  cp "${W}/console.log" "${OUT}/console.log" 2>/dev/null
+  tar czf "${OUT}/results.tar.gz" -C "${W}" --exclude console.log --exclude '*.whl' .
+  tail -25 "${W}/console.log" 2>/dev/null
+  exit 0
+fi
 mkdir -p "${OUT}"
 exec > >(tee -a "${OUT}/console.log") 2>&1
 t0=${SECONDS}
