@@ -386,3 +386,32 @@ def test_the_slurm_launcher_refuses_what_sbatch_cannot_carry_before_submitting(t
     (gen / "slurm.sbatch").write_text("#!/bin/bash\n")
     assert launch(str(gen / "torchrun.sh"), {"MOCOMPILE_METRICS": "/a,b"}, str(log), 5) == 2  # --export splits on ,
     assert "comma" in log.read_text()
+
+
+def test_a_live_probe_records_its_environment_so_from_runs_on_its_folder_fits_the_same_profile(tmp_path):
+    """2x H200, 2026-11-28: `--from-runs` on a live probe's own runs folder fitted host_factor 3.86 where the live
+    probe had fitted 6.91, because the folder did not say Transformer Engine was there and the probe plan was
+    compiled without it. The live probe now writes runs/environment.json beside the runs."""
+    root = _project(tmp_path)
+
+    def launcher(script, env, log, timeout):
+        if "MOCOMPILE_PROBE_KERNELS" in env:
+            Path(env["MOCOMPILE_PROBE_KERNELS"]).write_text(json.dumps(kernel_result()))
+        else:
+            _metrics(env["MOCOMPILE_METRICS"], 500.0)
+        return 0
+
+    with_te = _python(tmp_path, {"torch": "2.11.0", "cuda_available": True, "device_count": 2,
+                                 "device_name": "NVIDIA H200", "transformer_engine": "2.12.0", "deep_ep": None,
+                                 "hybrid_ep": False, "megatron_core": "0.19.2", "megatron_bridge": "0.6.2"})
+    live = probe.probe(str(root / "clusters" / "live.yaml"), "h100", 2, repeats=2, launcher=launcher, quiet=True,
+                       python=with_te)
+    runs = root / ".mocompile" / "probe" / "runs"
+    assert json.loads((runs / "environment.json").read_text())["transformer_engine"] == "2.12.0"
+    again = probe.probe(str(root / "clusters" / "again.yaml"), "h100", 2, repeats=2, quiet=True, from_runs=str(runs))
+    assert again["host_factor"] == live["host_factor"] and again["predicted_dgx_ms"] == live["predicted_dgx_ms"]
+    # without the record the fit is different, and the profile says why rather than passing it off as the same
+    (runs / "environment.json").unlink()
+    blind = probe.probe(str(root / "clusters" / "blind.yaml"), "h100", 2, repeats=2, quiet=True, from_runs=str(runs))
+    assert blind["predicted_dgx_ms"] != live["predicted_dgx_ms"]
+    assert any("not recorded" in m and "host_factor" in m for m in blind["environment"]["missing"])

@@ -82,7 +82,7 @@ for phase in "$@"; do
         ${PROBE_OVERLAP:+--overlap} --format json > "${OUT}/probe.json"
       say "probe rc=$?"; head -40 "${OUT}/probe.json"
       cp "${PROFILE}" "${OUT}/" 2>/dev/null
-      mkdir -p "${OUT}/probe-runs"; cp .mocompile/probe/runs/*.jsonl .mocompile/probe/runs/kernels.* "${OUT}/probe-runs/" 2>/dev/null
+      mkdir -p "${OUT}/probe-runs"; cp .mocompile/probe/runs/*.jsonl .mocompile/probe/runs/kernels.* .mocompile/probe/runs/environment.json "${OUT}/probe-runs/" 2>/dev/null
       tail -5 .mocompile/probe/runs/probe-1.log 2>/dev/null
       ;;
     ab:*)

@@ -311,6 +311,9 @@ def probe(output: str, gpu: str, gpus_per_node: int, name: str | None = None, re
     env = environment(python) if from_runs is None else _recorded_env(from_runs)
     if from_runs is None and env.get("missing") and "python" in env["missing"]:
         raise UsageError(f"the target Python does not run: {env.get('error')}")
+    if from_runs is None:  # beside the runs: --from-runs on this folder compiles the same probe plan again
+        measure.write_text_atomic(os.path.join(work, "runs", "environment.json"),
+                                  json.dumps({k: v for k, v in env.items() if k != "error"}, indent=1) + "\n")
     m = re.match(r"\d+\.\d+(\.\d+)?", str(env.get("transformer_engine") or ""))
     te = m.group(0) if m else None  # "2.12.0+cu13" -> "2.12.0": the intent's versions take numbers only
     recipe = os.path.join(work, "probe.yaml")
@@ -435,8 +438,9 @@ def _tail(path: str, lines: int = 8) -> str:
 
 def _recorded_env(folder: str) -> dict[str, Any]:
     path = os.path.join(folder, "environment.json")
-    if not os.path.isfile(path):
-        return {"missing": ["environment (not recorded)"]}
+    if not os.path.isfile(path):  # a folder from before the probe wrote it, or copied without it
+        return {"missing": [f"environment (not recorded: no {path}; the probe plan is compiled as if "
+                            "Transformer Engine and Apex were absent, which changes the fitted host_factor)"]}
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
