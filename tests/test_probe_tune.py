@@ -415,3 +415,19 @@ def test_a_live_probe_records_its_environment_so_from_runs_on_its_folder_fits_th
     blind = probe.probe(str(root / "clusters" / "blind.yaml"), "h100", 2, repeats=2, quiet=True, from_runs=str(runs))
     assert blind["predicted_dgx_ms"] != live["predicted_dgx_ms"]
     assert any("not recorded" in m and "host_factor" in m for m in blind["environment"]["missing"])
+
+
+def test_the_probe_overlap_runs_recorded_on_a_2x_h200_host_fit_its_committed_profile(tmp_path):
+    """The first GPU run of `probe --overlap` (benchmarks/results/issue22-probe-overlap-h200x2-2026-11-28): read
+    back, its runs give the profile the host wrote. Overlap on measured x1.026 with the run medians' ranges
+    overlapping (437.6-469.2 vs 454.8-520.5 ms), so the factor is left unset and the profile says why."""
+    from conftest import ROOT
+    folder = ROOT / "benchmarks" / "results" / "issue22-probe-overlap-h200x2-2026-11-28"
+    root = _project(tmp_path)
+    rep = probe.probe(str(root / "clusters" / "p.yaml"), "h200", 2, quiet=True, overlap=True,
+                      from_runs=str(folder / "probe-runs"))
+    assert rep["host_factor"] == 6.912 and rep["measured_ms"] == 468.7 and rep["predicted_dgx_ms"] == 117.0
+    assert rep["overlap"]["measured_ratio"] == 1.026 and rep["overlap"]["factor"] is None
+    assert "overlap" in rep["overlap"]["why"]
+    committed = (folder / "probed-h200x2.yaml").read_text()
+    assert "host_factor: 6.912" in committed and '"factor": null' in committed

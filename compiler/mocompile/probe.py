@@ -329,21 +329,8 @@ def probe(output: str, gpu: str, gpus_per_node: int, name: str | None = None, re
         problem = write_outputs(gen, res.plan.name, res.files, force=True)
         if problem:
             raise UsageError(problem)
-    runs: list[dict[str, Any]] = []
-    bar = measure.Progress(repeats, "probe", quiet)
-    for i in range(repeats):
-        tag = f"probe-{i + 1}"
-        if from_runs is not None:
-            steps = measure.steady_ms(measure.read_metrics(os.path.join(from_runs, f"{tag}.jsonl")))
-            rc = 0 if steps else 1
-        else:
-            bar.step(f"run {i + 1} of {repeats} ({iterations} iterations)")
-            out = measure.measure(os.path.join(gen, PROBE_NAME), os.path.join(work, "runs"), tag, launcher=launcher)
-            steps, rc = out.step_ms, out.rc
-        runs.append({"run": i + 1, "rc": rc, "steps": len(steps),
-                     "median_ms": round(statistics.median(steps), 2) if steps else None})
-        bar.advance(f"run {i + 1}: " + (f"{runs[-1]['median_ms']:.0f} ms/step" if steps else f"failed (rc {rc})"))
-    bar.close()
+    runs = _repeat(os.path.join(gen, PROBE_NAME), work, "probe", "", repeats, from_runs, launcher, quiet,
+                   f" ({iterations} iterations)")
     medians = [r["median_ms"] for r in runs if r["median_ms"]]
     if not medians:
         where = f"in {from_runs}" if from_runs is not None else f"(see {os.path.join(work, 'runs', 'probe-1.log')})"
@@ -396,18 +383,9 @@ def overlap_probe(recipe: str, work: str, gen: str, root: str, repeats: int, pla
         problem = write_outputs(gen, name, res.files, force=True)
         if problem:
             raise UsageError(problem)
-    runs: list[dict[str, Any]] = []
-    bar = measure.Progress(repeats, "probe", quiet)
-    for i in range(repeats):
-        tag = f"probe-overlap-{i + 1}"
-        if from_runs is not None:
-            steps = measure.steady_ms(measure.read_metrics(os.path.join(from_runs, f"{tag}.jsonl")))
-        else:
-            bar.step(f"EP overlap on, run {i + 1} of {repeats}")
-            steps = measure.measure(os.path.join(gen, name), os.path.join(work, "runs"), tag, launcher=launcher).step_ms
-        runs.append({"run": i + 1, "median_ms": round(statistics.median(steps), 2) if steps else None})
-        bar.advance(f"overlap run {i + 1}: " + (f"{runs[-1]['median_ms']:.0f} ms/step" if steps else "failed"))
-    bar.close()
+    runs = [{"run": r["run"], "median_ms": r["median_ms"]}
+            for r in _repeat(os.path.join(gen, name), work, "probe-overlap", "overlap ", repeats, from_runs, launcher,
+                             quiet, "")]
     on = [r["median_ms"] for r in runs if r["median_ms"]]
     out: dict[str, Any] = {"runs": runs, "factor": None}
     if len(on) < 2 or len(plain_ms) < 2:
@@ -423,6 +401,29 @@ def overlap_probe(recipe: str, work: str, gen: str, root: str, repeats: int, pla
     out["factor"], out["note"] = overlap_fit.solve(out["measured_ratio"],
                                                    lambda f: predict({"moe.overlap": True}, f) / t_off)
     return out
+
+
+def _repeat(gen_dir: str, work: str, prefix: str, label: str, repeats: int, from_runs: str | None,
+            launcher: measure.Launcher, quiet: bool, detail: str) -> list[dict[str, Any]]:
+    """``repeats`` runs of one generated plan, tagged ``<prefix>-N`` (or those runs' recorded metrics from
+    ``--from-runs``): each run's rc, step count and median step, with a progress bar. One loop for the probe plan
+    and its EP-overlap twin, so both are timed and read back the same way."""
+    runs: list[dict[str, Any]] = []
+    bar = measure.Progress(repeats, "probe", quiet)
+    for i in range(repeats):
+        tag = f"{prefix}-{i + 1}"
+        if from_runs is not None:
+            steps = measure.steady_ms(measure.read_metrics(os.path.join(from_runs, f"{tag}.jsonl")))
+            rc = 0 if steps else 1
+        else:
+            bar.step(f"{label}run {i + 1} of {repeats}{detail}")
+            out = measure.measure(gen_dir, os.path.join(work, "runs"), tag, launcher=launcher)
+            steps, rc = out.step_ms, out.rc
+        runs.append({"run": i + 1, "rc": rc, "steps": len(steps),
+                     "median_ms": round(statistics.median(steps), 2) if steps else None})
+        bar.advance(f"{label}run {i + 1}: " + (f"{runs[-1]['median_ms']:.0f} ms/step" if steps else f"failed (rc {rc})"))
+    bar.close()
+    return runs
 
 
 def _tail(path: str, lines: int = 8) -> str:
