@@ -165,7 +165,8 @@ def _ctx(gpu: str, gpn: int, extra: str = ""):
     ("h100", 4, 4, "alltoall"),    # a 4-GPU node: EP 4 fills its domain, still small EP
     ("h100", 4, 8, "hybridep"),    # EP 8 spans two 4-GPU nodes
     ("h100", 2, 4, "hybridep"),    # small EP, but across two 2-GPU NVLink domains
-    ("b200", 8, 16, "hybridep"),
+    ("b200", 8, 8, "hybridep"),    # Blackwell, one 8-GPU node: a flex backend
+    ("b200", 8, 16, "alltoall"),   # across B200 nodes no flex backend is offered (DSP016; Bridge issue 2883)
     ("gb200", 4, 16, "hybridep"),  # multi-node NVLink (NVL72)
     ("gb200", 4, 2, "hybridep"),
 ])

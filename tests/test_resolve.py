@@ -147,6 +147,51 @@ def test_deepep_across_blackwell_nvl8_nodes_warns_dsp016_and_stays_the_users_cho
     assert "DSP016" not in {d.rule for d in r.diagnostics}
 
 
+def test_the_planner_offers_no_flex_backend_across_blackwell_nvl8_nodes_unless_pinned(tmp_path):
+    """On B200/B300 NVIDIA's internode DeepEP runs failed (DSP016) and Bridge limits HybridEP to EP <= 8 (issue
+    2883); the step model costs both at Hopper's link rate, so it picked DeepEP at EP 32 for Kimi-K2 on 256 B300,
+    the layout NVIDIA reported failing. The search now leaves them out for a group that spans nodes, says so in
+    `explain`, and a pin still races them."""
+    path = tmp_path / "kimi-b300.yaml"
+    path.write_text(KIMI_B300.replace("fp8-cs", "bf16").replace("4096, precision", "2048, precision"))
+    r = analyse(str(path))
+    assert not r.errors
+    # the shipped Kimi-K2 B300 layout (TP1 PP16 EP16, alltoall), where it picked DeepEP at EP 32 before
+    assert (_disp(r.plan), r.plan["expert_model_parallel_size"], r.plan["pipeline_model_parallel_size"]) == \
+        ("alltoall", 16, 16)
+    assert "DSP016" not in {d.rule for d in r.diagnostics}
+    why = r.plan.settings["moe_token_dispatcher_type"].reason
+    assert "deepep not offered" in why and "DSP016" in why
+    assert "hybridep not offered" in why and "issue 2883" in why
+    pinned = analyse(str(path), overrides({"moe.dispatcher": "hybridep", "parallelism.ep": 16}))
+    assert not pinned.errors and _disp(pinned.plan) == "hybridep" and pinned.plan["expert_model_parallel_size"] == 16
+
+
+@pytest.mark.parametrize("gpu, group, disp, withheld", [
+    ("b300", 16, "deepep", True), ("b300", 16, "hybridep", True),
+    ("b300", 8, "hybridep", False),       # inside one 8-GPU node: offered
+    ("b200", 9, "deepep", True),          # one rank past the node
+    ("h100", 16, "hybridep", False),      # Hopper: Bridge ships HybridEP at EP 64 across H100 nodes (DeepSeek-V3)
+    ("gb200", 64, "hybridep", False),     # NVL72: one NVLink domain
+    ("b300", 16, "alltoall", False), ("b300", 16, "ncclep", False),
+])
+def test_flex_withheld_boundaries(gpu, group, disp, withheld):
+    assert (search.flex_withheld(_FakeCtx(gpu), disp, group) is not None) is withheld
+
+
+class _FakeCtx(dict):
+    """The three facts flex_withheld reads, from the hardware catalogue, and no pins."""
+
+    def __init__(self, gpu: str):
+        from mocompile.catalogue import gpus
+        hw = gpus()[gpu]
+        super().__init__(nvlink_domain=hw["nvlink_domain"], gpu_arch=hw["arch"], gpu=gpu)
+        self.hw = hw
+
+    def explicit(self, *path: str) -> bool:
+        return False
+
+
 def test_hybridep_on_nvl72_derives_the_domain_environment():
     p = plan_of(RECIPES / "qwen3-235b-a22b-gb200.yaml", **{"moe.dispatcher": "hybridep"})
     assert p.env["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"].value == str(p["hybridep_ranks_per_domain"])

@@ -171,7 +171,7 @@ def nearest(ctx: Context) -> dict[str, Any] | None:
 def moved(ctx: Context, a: dict[str, Any], layouts: list[Any]) -> Candidate:
     """A recipe moved onto this setting: the legal layout nearest its own (log2 distance per size), its
     dispatcher, overlap, delayed wgrad, recompute and graphs where this setting offers them."""
-    from mocompile.resolve.search import anchor_candidate
+    from mocompile.resolve.search import anchor_candidate, flex_withheld
 
     cand = anchor_candidate(ctx, a)
     sizes = ("tp", "pp", "vpp", "ep", "etp", "cp")
@@ -184,10 +184,23 @@ def moved(ctx: Context, a: dict[str, Any], layouts: list[Any]) -> Candidate:
 
     lay = min(layouts, key=far)
     cand = replace(cand, **{k: getattr(lay, k) for k in sizes})
+    # moved onto a group that spans Blackwell NVL8 nodes, a flex backend the recipe itself ran inside one node is not
+    # offered there (search.flex_withheld); one the recipe itself ran across such nodes is NVIDIA's tuned choice: kept
+    if flex_withheld(ctx, cand.dispatcher, cand.ep * cand.etp) and not _spans_blackwell_nvl8(a):
+        cand = replace(cand, dispatcher=default_dispatcher(ctx, cand.ep * cand.etp), num_sms=None)
     # anchor_candidate already gave it a dispatcher and graph scopes this setting offers
     if cand.delay_wgrad and ctx["te_version"] is None:
         cand = replace(cand, delay_wgrad=False)
     return cand
+
+
+def _spans_blackwell_nvl8(a: dict[str, Any]) -> bool:
+    """Does shipped recipe ``a`` run a flex backend with an expert group across 8-GPU Blackwell NVLink nodes?"""
+    from mocompile.catalogue import gpus
+
+    ahw = gpus().get(a["gpu"], {})
+    return a["dispatcher"] in ("deepep", "hybridep") and ahw.get("arch") == "blackwell" and not ahw.get("mnnvl") \
+        and a["ep"] * a["etp"] > ahw.get("nvlink_domain", 8)
 
 
 def fallback(ctx: Context, sc: Any, first: list[Any], rungs_by_ov: dict[bool, list[Any]]) -> Any:
@@ -282,9 +295,9 @@ def default_dispatcher(ctx: Context, group: int) -> str:
     tuned perf recipes settled on (``scripts/performance/configs``: HybridEP in most H100, B200 and B300 recipes
     with a flex backend; ``tests/test_reference.py`` counts them). Whichever of those this setting offers, else
     the first it offers."""
-    from mocompile.resolve.search import _dispatchers
+    from mocompile.resolve.search import _dispatchers, flex_withheld
 
-    offered = _dispatchers(ctx)
+    offered = [d for d in _dispatchers(ctx) if not flex_withheld(ctx, d, group)]
     if group <= 1 or group <= min(SMALL_EP, ctx["nvlink_domain"]) and not ctx.hw.get("mnnvl"):
         want = ["alltoall"]
     else:

@@ -192,6 +192,23 @@ def _dispatchers(ctx: Context) -> list[str]:
                            and (b != "ncclep" or ncclep_unavailable(ctx) is None)]
 
 
+def flex_withheld(ctx: Context, disp: str, group: int) -> str | None:
+    """Why the search does not offer flex backend ``disp`` for an EP group of ``group`` ranks (None: it does).
+    On Blackwell's 8-GPU NVLink nodes (B200/B300; not NVL72) no flex backend is offered for a group that spans
+    nodes unless the intent pins it: NVIDIA's internode DeepEP runs there have failed (rule DSP016), and NVIDIA
+    limits HybridEP to EP <= 8 on such nodes because its internode path is not yet performant (Megatron-Bridge
+    issue 2883; every B200/B300 perf recipe with HybridEP keeps its expert group inside one node, while
+    Kimi-K2's EP 16 recipes run alltoall). The step model costs the flex backends' network path at the link
+    rate they reach on Hopper (DeepEP's README), so left to itself it would pick them there. A shipped recipe that
+    runs one across such nodes (Qwen3-Next's DeepEP at EP 64) stays a reference plan: reference.moved keeps it."""
+    if disp not in ("deepep", "hybridep") or group <= ctx["nvlink_domain"] or ctx.hw.get("mnnvl") \
+            or ctx["gpu_arch"] != "blackwell" or pinned_value(ctx, "moe", "dispatcher") is not None:
+        return None
+    rule = "DSP016: NVIDIA's internode DeepEP runs on B200/B300 failed" if disp == "deepep" else \
+        "Megatron-Bridge limits HybridEP to EP <= 8 on 8-GPU NVLink nodes (issue 2883)"
+    return f"an expert group of {group} ranks spans {ctx['gpu']} nodes of {ctx['nvlink_domain']} GPUs: {rule}"
+
+
 def _bools(ctx: Context, path: tuple[str, str], goal_default: list[bool]) -> list[bool]:
     pinned = pinned_value(ctx, *path)
     return [bool(pinned)] if pinned is not None else goal_default
@@ -694,6 +711,9 @@ def effects(ctx: Context, res_winner: Scored) -> dict[str, str]:
         if disp == "ncclep" and (rule := ncclep_unavailable(ctx)):
             alts.append(f"ncclep not offered (the target stack has no NCCL EP: {rule})")
             continue
+        if why := flex_withheld(ctx, disp, w.cand.ep * w.cand.etp):
+            alts.append(f"{disp} not offered ({why}; pin moe.dispatcher to race it)")
+            continue
         d = _flip(sc, w, dispatcher=disp, num_sms=None)
         alts.append(f"{disp} {'illegal or does not fit' if d is None else signed_step(d)}")
     out["dispatcher"] = "; ".join(alts)
@@ -851,6 +871,8 @@ def _search_pinned(ctx: Context) -> SearchResult:
     unfit_or_heavy: list[tuple[Candidate, bool]] = []
     for lay in layouts_for(ctx, sc.world):
         disp, ov, dw, graphs = defaults[2 if lay.ep * lay.etp > 1 else 1]
+        if flex_withheld(ctx, disp, lay.ep * lay.etp):
+            disp = "alltoall"
         cand = Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, disp, ov, dw, (None,) * 4, graphs)
         if sc.weight_bound(cand):
             unfit_or_heavy.append((cand, True))
@@ -879,6 +901,8 @@ def _search_pinned(ctx: Context) -> SearchResult:
     pool: dict[Candidate, Scored] = {s.cand: s for s in first}
     for sizes in shortlist:
         for disp, ov, dw, graphs in knobs:
+            if flex_withheld(ctx, disp, sizes[3] * sizes[4]):
+                continue
             cand = Candidate(*sizes, dispatcher=disp, overlap=ov, delay_wgrad=dw, recompute=(None,) * 4, graphs=graphs)
             cand = sc.lightest_fitting(cand, rungs_by_ov[ov])
             if cand not in pool:
