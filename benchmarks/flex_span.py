@@ -8,27 +8,26 @@ shipped recipes in use and withheld. Why a benchmark: the figure behind the plan
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
-import re
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "compiler"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from mocompile.pipeline import analyse  # noqa: E402
-from mocompile.resolve import reference  # noqa: E402
+from mocompile.resolve import search  # noqa: E402
+from plan_quality import withheld  # noqa: E402  (the search sees none of the shipped recipes)
 
 MODELS = ["deepseek-v3", "kimi-k2", "qwen3-235b-a22b", "qwen3-30b-a3b", "gpt-oss-120b"]
 
 
 def grid(tmp: Path, withhold: bool) -> list[str]:
-    names = re.findall(r"\"recipe\": \"(\w+)\"", (ROOT / "compiler/mocompile/data/anchors.yaml").read_text())
-    if withhold:
-        reference.WITHHELD.update(names)
     lines, n, hit = [], 0, 0
-    try:
+    with withheld({a["recipe"] for a in search.anchors()}) if withhold else contextlib.nullcontext():
         for model, gpu, nodes, prec in itertools.product(MODELS, ["b200", "b300", "h100"], [4, 16, 24, 32],
                                                          ["bf16", "mxfp8"]):
             if gpu == "h100" and prec == "mxfp8":
@@ -46,8 +45,6 @@ def grid(tmp: Path, withhold: bool) -> list[str]:
                 p = res.plan
                 lines.append(f"  {model} {gpu} x{nodes * 8} {prec}: EP {p['expert_model_parallel_size']} "
                              f"{p['moe_flex_dispatcher_backend']}, {p.settings['tensor_model_parallel_size'].reason[:160]}")
-    finally:
-        reference.WITHHELD.difference_update(names)
     return [f"shipped recipes {'withheld' if withhold else 'in use'}: {hit}/{n} plans carry DSP016"] + lines
 
 

@@ -311,9 +311,9 @@ def probe(output: str, gpu: str, gpus_per_node: int, name: str | None = None, re
     env = environment(python) if from_runs is None else _recorded_env(from_runs)
     if from_runs is None and env.get("missing") and "python" in env["missing"]:
         raise UsageError(f"the target Python does not run: {env.get('error')}")
+    recorded = {k: v for k, v in env.items() if k != "error"}
     if from_runs is None:  # beside the runs: --from-runs on this folder compiles the same probe plan again
-        measure.write_text_atomic(os.path.join(work, "runs", "environment.json"),
-                                  json.dumps({k: v for k, v in env.items() if k != "error"}, indent=1) + "\n")
+        measure.write_text_atomic(os.path.join(work, "runs", "environment.json"), json.dumps(recorded, indent=1) + "\n")
     m = re.match(r"\d+\.\d+(\.\d+)?", str(env.get("transformer_engine") or ""))
     te = m.group(0) if m else None  # "2.12.0+cu13" -> "2.12.0": the intent's versions take numbers only
     recipe = os.path.join(work, "probe.yaml")
@@ -360,7 +360,7 @@ def probe(output: str, gpu: str, gpus_per_node: int, name: str | None = None, re
     measure.write_text_atomic(output, text)
     return {"profile": output, "host_factor": factor, "note": note, "measured_ms": round(measured_s * 1e3, 1),
             "spread": round(measure.spread(medians), 3), "predicted_dgx_ms": round(dgx, 1), "runs": runs,
-            "environment": {k: v for k, v in env.items() if k != "error"}, "kernels": kern,
+            "environment": recorded, "kernels": kern,
             "not_measured": not_measured(kern), "overlap": ov}
 
 

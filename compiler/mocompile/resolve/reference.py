@@ -171,7 +171,8 @@ def nearest(ctx: Context) -> dict[str, Any] | None:
 def moved(ctx: Context, a: dict[str, Any], layouts: list[Any]) -> Candidate:
     """A recipe moved onto this setting: the legal layout nearest its own (log2 distance per size), its
     dispatcher, overlap, delayed wgrad, recompute and graphs where this setting offers them."""
-    from mocompile.resolve.search import anchor_candidate, flex_withheld
+    from mocompile.catalogue import gpus
+    from mocompile.resolve.search import anchor_candidate, flex_across_nvl8_blackwell, flex_withheld
 
     cand = anchor_candidate(ctx, a)
     sizes = ("tp", "pp", "vpp", "ep", "etp", "cp")
@@ -186,21 +187,14 @@ def moved(ctx: Context, a: dict[str, Any], layouts: list[Any]) -> Candidate:
     cand = replace(cand, **{k: getattr(lay, k) for k in sizes})
     # moved onto a group that spans Blackwell NVL8 nodes, a flex backend the recipe itself ran inside one node is not
     # offered there (search.flex_withheld); one the recipe itself ran across such nodes is NVIDIA's tuned choice: kept
-    if flex_withheld(ctx, cand.dispatcher, cand.ep * cand.etp) and not _spans_blackwell_nvl8(a):
+    ahw = gpus().get(a["gpu"], {})
+    if flex_withheld(ctx, cand.dispatcher, cand.ep * cand.etp) and \
+            not flex_across_nvl8_blackwell(a["dispatcher"], a["ep"] * a["etp"], ahw, ahw.get("nvlink_domain", 8)):
         cand = replace(cand, dispatcher=default_dispatcher(ctx, cand.ep * cand.etp), num_sms=None)
     # anchor_candidate already gave it a dispatcher and graph scopes this setting offers
     if cand.delay_wgrad and ctx["te_version"] is None:
         cand = replace(cand, delay_wgrad=False)
     return cand
-
-
-def _spans_blackwell_nvl8(a: dict[str, Any]) -> bool:
-    """Does shipped recipe ``a`` run a flex backend with an expert group across 8-GPU Blackwell NVLink nodes?"""
-    from mocompile.catalogue import gpus
-
-    ahw = gpus().get(a["gpu"], {})
-    return a["dispatcher"] in ("deepep", "hybridep") and ahw.get("arch") == "blackwell" and not ahw.get("mnnvl") \
-        and a["ep"] * a["etp"] > ahw.get("nvlink_domain", 8)
 
 
 def fallback(ctx: Context, sc: Any, first: list[Any], rungs_by_ov: dict[bool, list[Any]]) -> Any:

@@ -192,6 +192,12 @@ def _dispatchers(ctx: Context) -> list[str]:
                            and (b != "ncclep" or ncclep_unavailable(ctx) is None)]
 
 
+def flex_across_nvl8_blackwell(disp: str, group: int, hw: dict[str, Any], domain: int) -> bool:
+    """Is ``disp`` a DeepEP/HybridEP backend whose group of ``group`` ranks spans the 8-GPU NVLink nodes (NVLink
+    domains of ``domain`` GPUs, no multi-node NVLink) of a Blackwell GPU ``hw`` (B200/B300)?"""
+    return disp in ("deepep", "hybridep") and group > domain and not hw.get("mnnvl") and hw.get("arch") == "blackwell"
+
+
 def flex_withheld(ctx: Context, disp: str, group: int) -> str | None:
     """Why the search does not offer flex backend ``disp`` for an EP group of ``group`` ranks (None: it does).
     On Blackwell's 8-GPU NVLink nodes (B200/B300; not NVL72) no flex backend is offered for a group that spans
@@ -201,8 +207,8 @@ def flex_withheld(ctx: Context, disp: str, group: int) -> str | None:
     Kimi-K2's EP 16 recipes run alltoall). The step model costs the flex backends' network path at the link
     rate they reach on Hopper (DeepEP's README), so left to itself it would pick them there. A shipped recipe that
     runs one across such nodes (Qwen3-Next's DeepEP at EP 64) stays a reference plan: reference.moved keeps it."""
-    if disp not in ("deepep", "hybridep") or group <= ctx["nvlink_domain"] or ctx.hw.get("mnnvl") \
-            or ctx["gpu_arch"] != "blackwell" or pinned_value(ctx, "moe", "dispatcher") is not None:
+    if not flex_across_nvl8_blackwell(disp, group, ctx.hw, ctx["nvlink_domain"]) \
+            or pinned_value(ctx, "moe", "dispatcher") is not None:
         return None
     rule = "DSP016: NVIDIA's internode DeepEP runs on B200/B300 failed" if disp == "deepep" else \
         "Megatron-Bridge limits HybridEP to EP <= 8 on 8-GPU NVLink nodes (issue 2883)"
