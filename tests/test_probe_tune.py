@@ -431,3 +431,35 @@ def test_the_probe_overlap_runs_recorded_on_a_2x_h200_host_fit_its_committed_pro
     assert "overlap" in rep["overlap"]["why"]
     committed = (folder / "probed-h200x2.yaml").read_text()
     assert "host_factor: 6.912" in committed and '"factor": null' in committed
+
+
+def test_tune_adds_its_measurements_to_a_probe_written_profile_and_keeps_every_line_it_had(tmp_path):
+    """The committed 2x H200 profile (written by ``probe``) gained the two tuned plans on a GPU host, and the
+    round-trip edit re-indented its lists and spelled ``null`` as nothing; a user diffing the profile should see
+    only the new entries."""
+    prof = tmp_path / "probed.yaml"
+    original = (ROOT / "clusters" / "probed-h200x2.yaml").read_text()
+    prof.write_text(original)
+    state = {"iterations": 20, "candidates": {"c1": {"pins": {"moe.overlap": False}}}}
+    report_ = {"plans": [{"id": "c1", "plan": "TP1 PP1 EP2, alltoall, overlap off", "measured_ms": 846.88,
+                          "runs": [846.88, 850.61, 581.85], "spread": 0.317, "predicted_ms": 914.0}]}
+    assert tune.record(report_, state, str(prof), "bench-te-mid2-auto") == 1
+    text = prof.read_text()
+    assert text.startswith(original.rstrip("\n")), "a line the profile had was changed"
+    assert "median_ms: 846.9" in text and "run_ms:" in text
+    from ruamel.yaml import YAML
+
+    assert YAML(typ="safe").load(text)["measured"][-1]["run_ms"] == [846.9, 850.6, 581.9]
+
+
+@pytest.mark.parametrize("profile", ["lent-h200x2.yaml", "lent-h100x4.yaml"])
+def test_tune_keeps_a_profile_s_own_list_layout(tmp_path, profile):
+    """A profile laid out another way (lists at the key's own indent, or none yet) keeps its lines too."""
+    prof = tmp_path / profile
+    original = (ROOT / "clusters" / profile).read_text()
+    prof.write_text(original)
+    state = {"iterations": 20, "candidates": {"c1": {"pins": {"moe.overlap": True}}}}
+    report_ = {"plans": [{"id": "c1", "plan": "TP1 PP1 EP2, alltoall, overlap on", "measured_ms": 884.0,
+                          "runs": [884.0, 945.4, 775.9], "spread": 0.192, "predicted_ms": 986.0}]}
+    assert tune.record(report_, state, str(prof), "bench-te-mid2-auto") == 1
+    assert prof.read_text().startswith(original.rstrip("\n"))

@@ -15,6 +15,7 @@
 #               transformer_engine.pytorch.ep, a TE built with NVTE_BUILD_WITH_NCCL_EP=1)
 #   det         2 GPUs: the mid TE model (recipes/bench/bench-te-mid2-auto.yaml: 8 layers, 64 experts top-8) at EP 2,
 #               each plan of DET_PLANS with training.deterministic, DET_ITERS iterations (losses compared bit for bit)
+#   noise       the harness's own host settings (CPU shares per rank, Python GC) A/B on one plan, interleaved rounds
 #   time        the plans of TIME_PLANS, deterministic off, force-balanced routing (the recipe's), TIME_ITERS
 #               iterations, rounds interleaved with the order rotated, until TIME_ROUNDS rounds or DEADLINE s into
 #               the call (no run starts later)
@@ -101,7 +102,7 @@ run_plan() {  # GENERATED_DIR TAG: one launcher run in its own folder
   [[ "${gen}" == /* ]] || gen="${repo}/${gen}"
   rm -rf "${dir}"; mkdir -p "${dir}"
   (cd "${dir}" && PYTHONPATH="${repo}/benchmarks/gpu/benchsite:${PYTHONPATH}" MOCOMPILE_BENCH_RANKSTATS="${dir}/rankstats" \
-    MOCOMPILE_BENCH_AFFINITY=1 MOCOMPILE_METRICS="${dir}/metrics.jsonl" MASTER_PORT=$((29500 + RANDOM % 500)) \
+    MOCOMPILE_BENCH_AFFINITY="${BENCH_AFFINITY:-1}" MOCOMPILE_BENCH_GC="${BENCH_GC:-}" MOCOMPILE_METRICS="${dir}/metrics.jsonl" MASTER_PORT=$((29500 + RANDOM % 500)) \
     timeout "${RUN_TIMEOUT:-300}" bash "${gen}/torchrun.sh" > "${dir}/log.txt" 2>&1)
   local rc=$?
   cp "${dir}/metrics.jsonl" "${W}/${tag}.jsonl" 2>/dev/null
@@ -231,6 +232,30 @@ PY
           if (( SECONDS - t0 > ${DEADLINE:-540} )); then say "deadline: time ${plan} round ${round} not started"; continue; fi
           gen="$(plan_dir "${plan}" time)" || continue
           run_plan "${gen}" "time-${plan}-r${round}"
+        done
+      done
+      ;;
+    noise)  # the harness's host-side settings A/B on one plan (NOISE_PLAN, default a2a-off = this host's auto plan):
+            # each of NOISE_SETTINGS (plain: no CPU shares, Python GC on; affinity: one CPU share per local rank;
+            # affinity-gcoff: and gc.disable(), benchsite/sitecustomize.py) in NOISE_ROUNDS interleaved rounds, order
+            # rotated; a run whose metrics are already in the results (an earlier call on this machine) is skipped, so
+            # the same command continues where the last call's DEADLINE stopped it
+      read -r -a settings <<< "${NOISE_SETTINGS:-plain affinity affinity-gcoff}"
+      n=${#settings[@]}
+      gen="$(plan_dir "${NOISE_PLAN:-a2a-off}" time)" || { say "noise: no launcher"; continue; }
+      for round in $(seq 1 "${NOISE_ROUNDS:-3}"); do
+        for k in $(seq 0 $((n - 1))); do
+          s="${settings[$(( (k + round - 1) % n ))]}"; tag="noise-${s}-r${round}"
+          [[ -f "${W}/${tag}.jsonl" ]] && continue
+          if (( SECONDS - t0 > ${DEADLINE:-540} )); then say "deadline: ${tag} not started"; continue; fi
+          case "${s}" in
+            plain) aff=0 gc=on ;;
+            affinity) aff=1 gc=on ;;
+            affinity-gcoff) aff=1 gc=off ;;
+            gcoff) aff=0 gc=off ;;
+            *) say "noise: unknown setting ${s}"; continue ;;
+          esac
+          BENCH_AFFINITY="${aff}" BENCH_GC="${gc}" run_plan "${gen}" "${tag}"
         done
       done
       ;;

@@ -19,6 +19,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shlex
 import statistics
 from typing import Any
@@ -298,8 +299,24 @@ def record(report_: dict[str, Any], state: dict[str, Any], profile: str, recipe_
     yaml = YAML()
     yaml.preserve_quotes = True
     yaml.width = 4096  # never fold a line the user wrote
+    # the lines already there come back as they were and only the new entries are added: lists indented the way
+    # this file indents them (``probe.profile_yaml``'s layout, four in and the dash two in, when it has none yet),
+    # ``null`` spelled out where the file spells it (as the probe writes it)
+    from ruamel.yaml.util import load_yaml_guess_indent
+
     with open(profile, encoding="utf-8") as fh:
-        data = yaml.load(fh)
+        text = fh.read()
+    _, seq_indent, dash_offset = load_yaml_guess_indent(text)
+    yaml.indent(mapping=2, sequence=seq_indent or 4, offset=2 if dash_offset is None else dash_offset)
+    if re.search(r":[ \t]+null[ \t]*(#.*)?$", text, re.MULTILINE):
+        from ruamel.yaml.representer import RoundTripRepresenter
+
+        class SpelledNull(RoundTripRepresenter):  # add_representer is per class: a subclass keeps it to this dump
+            pass
+
+        SpelledNull.add_representer(type(None), lambda r, _: r.represent_scalar("tag:yaml.org,2002:null", "null"))
+        yaml.Representer = SpelledNull
+    data = yaml.load(text)
     measured = data.get("measured")
     if measured is None:
         measured = data["measured"] = []
