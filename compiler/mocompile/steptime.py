@@ -106,6 +106,7 @@ class Batch:
     fsdp: bool = False           # Megatron-FSDP: weights gathered and gradients reduce-scattered every micro-batch
     offload_modules: tuple[str, ...] = ()  # fine-grained activation offload (memory.offloaded_bytes_per_token)
     optimizer: str = "adam"      # adam | muon (Megatron-Core's LayerWiseDistributedOptimizer: ``muon_seconds``)
+    shared_expert_overlap: bool | None = None  # a pinned moe_shared_expert_overlap; None: ``shared_expert_overlap``
 
 
 @dataclass
@@ -537,6 +538,12 @@ class StepModel:
             slowdown += c["overlap_sync_s"] * n_moe_all * share
         elif cand.overlap and cand.dispatcher == "ncclep":
             slowdown = c["overlap_sync_s"] * n_moe_all * share  # the split schedule's waits, with nothing hidden
+        # Shared-expert overlap (Megatron-Core's moe_shared_expert_overlap, SharedExpertMLP on its own stream): the
+        # shared expert's fc1 runs while the dispatch all-to-all is in flight and its fc2 during the combine, forward
+        # and backward, so up to its own compute of the all-to-all is hidden, as far as overlapped streams hide it.
+        shared_hidden = 0.0
+        if a2a > 0 and t_shared > 0 and shared_expert_overlap(m, cand, batch):
+            shared_hidden = min(a2a - hidden, 3.0 * t_shared * n_moe_all * share) * min(1.0, c["overlap_hide"])
         offload_mb = 0.0
         if batch.offload_modules and cand.recompute[0] != "full":
             # Fine-grained activation offload copies the offloaded inputs to the host during the forward and back
@@ -544,7 +551,7 @@ class StepModel:
             moved = 2.0 * per_rank * share * (n_moe_all + n_dense) * offloaded_bytes_per_token(
                 m, batch.force_balance, batch.offload_modules, cand.recompute[1] or ())
             offload_mb = max(0.0, moved / (float(hw.get("host_link_gbps", 64)) * 1e9) - comp)
-        gpu_mb = comp + a2a - hidden + slowdown + other + offload_mb
+        gpu_mb = comp + a2a - hidden - shared_hidden + slowdown + other + offload_mb
         # The CPU launches every kernel; dropless MoE syncs with the GPU each layer, so a micro-batch takes
         # as long as the slower of the two. The overlapped schedule launches more (two micro-batches,
         # explicit stream waits); CUDA graphs cut launches.
@@ -587,7 +594,7 @@ class StepModel:
         flops = self.flops
         recompute = mb * share * (n_moe_all * moe_rc + n_dense * dense_rc)
         terms = {"compute": mb * comp - recompute, "a2a_total": mb * a2a,
-                 "a2a_exposed": mb * (a2a - hidden), "overlap_slowdown": mb * slowdown, "bubble": bubble,
+                 "a2a_exposed": mb * (a2a - hidden - shared_hidden), "overlap_slowdown": mb * slowdown, "bubble": bubble,
                  "tp_cp": mb * other, "host_bound": mb * (per_mb - gpu_mb), "pp_p2p": pp_comm, "dp_exposed": dp_comm,
                  "optimizer": opt, "act_offload": mb * offload_mb,
                  "recompute": recompute}
@@ -598,6 +605,17 @@ class StepModel:
             notes.append("EP overlap has nothing to overlap (one micro-batch in flight)")
         return StepEstimate(step, terms, flops / (world * step) / 1e12, batch.global_batch_size * s / (world * step),
                             flops, mb, notes)
+
+
+def shared_expert_overlap(m: dict[str, Any], cand: Candidate, batch: Batch) -> bool:
+    """Does the shared expert overlap the all-to-all in this plan? Megatron-Core allows it only with the alltoall
+    dispatcher and without EP overlap (Bridge's flex setup clears it, ``apply_flex_dispatcher_backend``); a pin
+    decides, else the model's provider default (``shared_expert_overlap_default``: on for DeepSeek-V3, Kimi-K2)."""
+    if not m.get("shared_expert_size") or cand.dispatcher != "alltoall" or cand.overlap:
+        return False
+    if batch.shared_expert_overlap is not None:
+        return batch.shared_expert_overlap
+    return bool(m.get("shared_expert_overlap_default"))
 
 
 def device_max_connections(flex: bool, blackwell: bool, fsdp: bool, tp_cp: bool, overlap: bool) -> tuple[str, str]:

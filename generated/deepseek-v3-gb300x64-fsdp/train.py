@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-gb300x64-fsdp.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:a7c59638ac65dbb0 input sha256:61254ffce7f63ff1
+# mocompile: checksum sha256:f1e1cfc6c8170ef5 input sha256:61254ffce7f63ff1
 """deepseek-v3-gb300x64-fsdp: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 DeepSeek-V3 (671B-A37B) on 64x NVIDIA GB300 NVL72, goal throughput.
@@ -140,7 +140,7 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     # Bridge's own helper sets the flex dispatcher and clears shared-expert overlap.
-    apply_flex_dispatcher_backend(model, 'hybridep')  # goal: part of the chosen plan (5.78 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall +59 ms; ncclep not offered (the target stack has no NCCL EP: DSP011)
+    apply_flex_dispatcher_backend(model, 'hybridep')  # goal: part of the chosen plan (5.78 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall -52 ms; ncclep not offered (the target stack has no NCCL EP: DSP011)
     cfg.mixed_precision = get_mixed_precision_config('bf16_mixed')
     # the precision config writes this into the DDP config at setup: set it here, not only above
     cfg.mixed_precision.grad_reduce_in_fp32 = False

@@ -396,7 +396,8 @@ class Scorer:
                            bool(ctx["moe_router_force_load_balancing"]), ctx["te_version"] is not None,
                            bool(ctx["moe_grouped_gemm"]), optimizer_offload=float(ctx["optimizer_offload_fraction"]),
                            fsdp=bool(ctx["use_megatron_fsdp"]), offload_modules=tuple(ctx["offload_modules"]),
-                           optimizer=ctx["optimizer"] or "adam")
+                           optimizer=ctx["optimizer"] or "adam",
+                           shared_expert_overlap=pinned_value(ctx, "moe", "shared_expert_overlap"))
         self.hw = dict(ctx.hw, nvlink_domain=ctx.hw["nvlink_domain"], gpus_per_node=ctx["gpus_per_node"])
         self.count = 0
         self._mem: dict[tuple[Any, ...], dict[str, Any]] = {}
