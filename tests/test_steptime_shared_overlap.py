@@ -38,7 +38,7 @@ def hidden(m, cand=A2A, batch=BATCH):
 
 def test_alltoall_with_the_provider_default_on_hides_part_of_the_all_to_all():
     e = est(SHARED)
-    assert steptime.shared_expert_overlap(SHARED, A2A, BATCH)
+    assert steptime.shared_expert_overlap(SHARED, A2A.dispatcher, A2A.overlap)
     assert 0 < hidden(SHARED) < e.terms["a2a_total"]
 
 
@@ -56,7 +56,7 @@ def test_at_most_the_shared_expert_s_own_compute_times_the_overlap_share_is_hidd
 
 def test_a_model_without_shared_experts_hides_nothing():
     assert hidden(NO_SHARED) == 0.0
-    assert not steptime.shared_expert_overlap(NO_SHARED, A2A, BATCH)
+    assert not steptime.shared_expert_overlap(NO_SHARED, A2A.dispatcher, A2A.overlap)
 
 
 @pytest.mark.parametrize("cand", [replace(A2A, dispatcher="deepep"), replace(A2A, dispatcher="hybridep"),
@@ -64,7 +64,7 @@ def test_a_model_without_shared_experts_hides_nothing():
 def test_flex_dispatchers_and_ep_overlap_clear_it(cand):
     """Bridge's apply_flex_dispatcher_backend sets moe_shared_expert_overlap False; Megatron-Core refuses it beside
     overlap_moe_expert_parallel_comm (OVL010)."""
-    assert not steptime.shared_expert_overlap(SHARED, cand, BATCH)
+    assert not steptime.shared_expert_overlap(SHARED, cand.dispatcher, cand.overlap, pinned=True)
 
 
 def test_a_pin_decides_over_the_provider_default():

@@ -542,7 +542,7 @@ class StepModel:
         # shared expert's fc1 runs while the dispatch all-to-all is in flight and its fc2 during the combine, forward
         # and backward, so up to its own compute of the all-to-all is hidden, as far as overlapped streams hide it.
         shared_hidden = 0.0
-        if a2a > 0 and t_shared > 0 and shared_expert_overlap(m, cand, batch):
+        if a2a > 0 and t_shared > 0 and shared_expert_overlap(m, cand.dispatcher, cand.overlap, batch.shared_expert_overlap):
             shared_hidden = min(a2a - hidden, 3.0 * t_shared * n_moe_all * share) * min(1.0, c["overlap_hide"])
         offload_mb = 0.0
         if batch.offload_modules and cand.recompute[0] != "full":
@@ -607,14 +607,16 @@ class StepModel:
                             flops, mb, notes)
 
 
-def shared_expert_overlap(m: dict[str, Any], cand: Candidate, batch: Batch) -> bool:
+def shared_expert_overlap(m: dict[str, Any], dispatcher: str, overlap: bool, pinned: bool | None = None) -> bool:
     """Does the shared expert overlap the all-to-all in this plan? Megatron-Core allows it only with the alltoall
     dispatcher and without EP overlap (Bridge's flex setup clears it, ``apply_flex_dispatcher_backend``); a pin
-    decides, else the model's provider default (``shared_expert_overlap_default``: on for DeepSeek-V3, Kimi-K2)."""
-    if not m.get("shared_expert_size") or cand.dispatcher != "alltoall" or cand.overlap:
+    decides, else the model's provider default (``shared_expert_overlap_default``: on for DeepSeek-V3, Kimi-K2).
+    The planner's setting (``search._shared_expert_overlap``) is this, with a pin reported as pinned even where the
+    rules refuse it."""
+    if not m.get("shared_expert_size") or dispatcher != "alltoall" or overlap:
         return False
-    if batch.shared_expert_overlap is not None:
-        return batch.shared_expert_overlap
+    if pinned is not None:
+        return pinned
     return bool(m.get("shared_expert_overlap_default"))
 
 

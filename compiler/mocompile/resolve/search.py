@@ -307,9 +307,7 @@ def _shared_expert_overlap(ctx: Context, overlap: bool, dispatcher: str) -> bool
     pinned = pinned_value(ctx, "moe", "shared_expert_overlap")
     if pinned is not None:
         return bool(pinned)
-    if overlap or dispatcher in FLEX or not ctx["moe_shared_expert_intermediate_size"]:
-        return False
-    return bool(ctx.model["shared_expert_overlap_default"]) and dispatcher == "alltoall"
+    return steptime.shared_expert_overlap(ctx.model, dispatcher, overlap)
 
 
 def _graph_impl(ctx: Context, graphs: str) -> str:
