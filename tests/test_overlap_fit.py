@@ -30,7 +30,7 @@ def _pins(recipe: Path, overlap: bool) -> dict:
 def _predicted_s(recipe: Path, pins: dict, extra: list[str] | None = None) -> float:
     res = analyse(str(recipe), tune.pin_sets(pins) + (extra or []))
     assert not res.errors, [d.message for d in res.errors]
-    return float(res.plan.planner["chosen"]["step_time_s"])
+    return float(res.plan.planner["chosen"]["train_step_s"])  # what the launchers' step probe times
 
 
 def _with_factor(recipe: Path, factor: float) -> list[str]:

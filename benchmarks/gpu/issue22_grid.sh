@@ -16,6 +16,9 @@
 #   det         2 GPUs: the mid TE model (recipes/bench/bench-te-mid2-auto.yaml: 8 layers, 64 experts top-8) at EP 2,
 #               each plan of DET_PLANS with training.deterministic, DET_ITERS iterations (losses compared bit for bit)
 #   noise       the harness's own host settings (CPU shares per rank, Python GC) A/B on one plan, interleaved rounds
+#   gcprobe     GC_ROUNDS runs of one plan (NOISE_PLAN) with benchsite's GC probe: a full gc.collect() timed inside
+#               the training loop at iterations 10 and 15 on every rank, with the tracked-object count (the cost of
+#               Bridge's manual_gc every manual_gc_interval iterations), plus the same collection on a synthetic heap
 #   time        the plans of TIME_PLANS, deterministic off, force-balanced routing (the recipe's), TIME_ITERS
 #               iterations, rounds interleaved with the order rotated, until TIME_ROUNDS rounds or DEADLINE s into
 #               the call (no run starts later)
@@ -102,10 +105,11 @@ run_plan() {  # GENERATED_DIR TAG: one launcher run in its own folder
   [[ "${gen}" == /* ]] || gen="${repo}/${gen}"
   rm -rf "${dir}"; mkdir -p "${dir}"
   (cd "${dir}" && PYTHONPATH="${repo}/benchmarks/gpu/benchsite:${PYTHONPATH}" MOCOMPILE_BENCH_RANKSTATS="${dir}/rankstats" \
-    MOCOMPILE_BENCH_AFFINITY="${BENCH_AFFINITY:-1}" MOCOMPILE_BENCH_GC="${BENCH_GC:-}" MOCOMPILE_METRICS="${dir}/metrics.jsonl" MASTER_PORT=$((29500 + RANDOM % 500)) \
+    MOCOMPILE_BENCH_AFFINITY="${BENCH_AFFINITY:-1}" MOCOMPILE_BENCH_GC="${BENCH_GC:-}" MOCOMPILE_BENCH_GCPROBE="${BENCH_GCPROBE:-}" MOCOMPILE_METRICS="${dir}/metrics.jsonl" MASTER_PORT=$((29500 + RANDOM % 500)) \
     timeout "${RUN_TIMEOUT:-300}" bash "${gen}/torchrun.sh" > "${dir}/log.txt" 2>&1)
   local rc=$?
   cp "${dir}/metrics.jsonl" "${W}/${tag}.jsonl" 2>/dev/null
+  for f in "${dir}"/gcprobe/gc-rank*.json; do [[ -f "${f}" ]] && cp "${f}" "${W}/${tag}-$(basename "${f}")"; done
   for f in "${dir}"/rankstats/rank*.json; do [[ -f "${f}" ]] && cp "${f}" "${W}/${tag}-$(basename "${f}")"; done
   gzip -c "${dir}/log.txt" > "${W}/${tag}.log.gz"
   python3 - "${dir}/metrics.jsonl" "${tag}" "${rc}" "$((SECONDS - start))" <<'PY'
@@ -257,6 +261,22 @@ PY
           esac
           BENCH_AFFINITY="${aff}" BENCH_GC="${gc}" run_plan "${gen}" "${tag}"
         done
+      done
+      ;;
+    gcprobe)  # GC_ROUNDS runs of NOISE_PLAN (default a2a-off) with the GC probe (benchsite/sitecustomize.py), and a
+              # synthetic-heap collection (python3 gc over 1e6 one-item lists) as this host's per-object reference
+      gen="$(plan_dir "${NOISE_PLAN:-a2a-off}" time)" || { say "gcprobe: no launcher"; continue; }
+      python3 -c 'import gc, json, time
+heap = [[i] for i in range(1_000_000)]
+t = time.perf_counter(); gc.collect(); dt = time.perf_counter() - t
+print(json.dumps({"synthetic_dicts": len(heap), "tracked_objects": len(gc.get_objects()), "collect_s": dt}))' > "${W}/gc-synthetic.json"
+      cat "${W}/gc-synthetic.json"
+      for round in $(seq 1 "${GC_ROUNDS:-2}"); do
+        tag="gcprobe-r${round}"
+        [[ -f "${W}/${tag}.jsonl" ]] && continue
+        if (( SECONDS - t0 > ${DEADLINE:-540} )); then say "deadline: ${tag} not started"; continue; fi
+        BENCH_GCPROBE="/tmp/i22/runs/${tag}/gcprobe" run_plan "${gen}" "${tag}"
+        cat "${W}/${tag}"-gc-rank*.json 2>/dev/null; echo
       done
       ;;
     slots)  # 4-GPU host as two 2-GPU slots: TIME_ROUNDS interleaved rounds of TIME_PLANS (2 GPUs each) and

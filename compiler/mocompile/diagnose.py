@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mocompile import measure
 from mocompile.errors import InputError
 from mocompile.ir import Diagnostic, Position
 
@@ -164,8 +165,8 @@ def breakdown(run: Run) -> dict[str, Any]:
         if gpu and "peak_memory_gib" in out:
             out["memory_headroom"] = round(1 - out["peak_memory_gib"] / gpu, 3)
         chosen = (run.lock.get("estimate") or {}).get("chosen", {})
-        if chosen.get("step_time_s"):
-            out["predicted_step_ms"] = round(chosen["step_time_s"] * 1000, 1)
+        if chosen.get("step_time_s"):  # as the step probe times it: no scheduled collection
+            out["predicted_step_ms"] = round(measure.timed_step_s(chosen) * 1000, 1)
     return out
 
 

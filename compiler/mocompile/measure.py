@@ -24,6 +24,12 @@ from typing import Any
 WARMUP_STEPS = 5  # the first steps build kernels, graphs and allocator pools: not the steady state
 
 
+def timed_step_s(chosen: dict[str, Any]) -> float:
+    """The predicted step as the launchers' step probe times it (train_step alone): the plan's step time less
+    Bridge's scheduled garbage collection, which runs between steps (``train_step_s``; older locks lack it)."""
+    return float(chosen.get("train_step_s", chosen["step_time_s"]))
+
+
 @dataclass
 class Outcome:
     """One launcher run: its exit code, the steady steps' times (ms) and where its log is."""

@@ -93,7 +93,7 @@ def step_predictor(recipe: str, sets: list[str], profile: dict[str, Any], work: 
         if res.errors or res.plan is None:
             raise UsageError(f"{recipe} does not compile with the measured pins: "
                              + "; ".join(f"{d.rule}: {d.message}" for d in res.errors))
-        return float(res.plan.planner["chosen"]["step_time_s"])
+        return measure.timed_step_s(res.plan.planner["chosen"])
 
     return predict
 

@@ -136,7 +136,7 @@ def predictor(work: str, recipe: str, sets: list[str] | None = None,
         if res.errors or res.plan is None:
             raise UsageError(f"{recipe} does not compile here: " +
                              "; ".join(f"{d.rule}: {d.message}" for d in res.errors))
-        return float(res.plan.planner["chosen"]["step_time_s"])
+        return measure.timed_step_s(res.plan.planner["chosen"])
 
     return predict
 

@@ -107,6 +107,7 @@ class Batch:
     offload_modules: tuple[str, ...] = ()  # fine-grained activation offload (memory.offloaded_bytes_per_token)
     optimizer: str = "adam"      # adam | muon (Megatron-Core's LayerWiseDistributedOptimizer: ``muon_seconds``)
     shared_expert_overlap: bool | None = None  # a pinned moe_shared_expert_overlap; None: ``shared_expert_overlap``
+    manual_gc_interval: int = 0  # Bridge's train.manual_gc_interval with manual_gc on; 0: no scheduled collection
 
 
 @dataclass
@@ -377,6 +378,7 @@ class StepModel:
         self.peak = peak_bf16 * (c["fp8_gain"] if self.fp8 else 1.0)
         self.imbalance = 1.0 if batch.force_balance else c["natural_imbalance"]
         self.flops = _flops_per_token(m, f) * batch.global_batch_size * s
+        self.gc_pause = manual_gc_seconds(batch.manual_gc_interval)  # the same for every candidate
         self._compute: dict[tuple[int, int, int, int], tuple[float, ...]] = {}
         self._a2a: dict[tuple[Any, ...], float] = {}
         self._rc: dict[tuple[Any, ...], dict[str, float]] = {}
@@ -590,14 +592,15 @@ class StepModel:
             # all-gather counted here and overlaps the backward the same way; the layer-wise optimizer's all-gather
             # of the updated parameters runs after its step, exposed (``param_gather``, ``muon_seconds``)
             dp_comm = _dp_exposed(dp_traffic, per_mb)
-        step = steady + bubble + pp_comm + dp_comm + opt + param_gather + c["step_overhead_s"]
+        gc_pause = self.gc_pause
+        step = steady + bubble + pp_comm + dp_comm + opt + param_gather + c["step_overhead_s"] + gc_pause
         flops = self.flops
         recompute = mb * share * (n_moe_all * moe_rc + n_dense * dense_rc)
         terms = {"compute": mb * comp - recompute, "a2a_total": mb * a2a,
                  "a2a_exposed": mb * (a2a - hidden - shared_hidden), "overlap_slowdown": mb * slowdown, "bubble": bubble,
                  "tp_cp": mb * other, "host_bound": mb * (per_mb - gpu_mb), "pp_p2p": pp_comm, "dp_exposed": dp_comm,
                  "optimizer": opt, "act_offload": mb * offload_mb,
-                 "recompute": recompute}
+                 "recompute": recompute, "manual_gc": gc_pause}
         if batch.optimizer == "muon":
             terms["param_gather"] = param_gather
         notes = []
@@ -605,6 +608,20 @@ class StepModel:
             notes.append("EP overlap has nothing to overlap (one micro-batch in flight)")
         return StepEstimate(step, terms, flops / (world * step) / 1e12, batch.global_batch_size * s / (world * step),
                             flops, mb, notes)
+
+
+def manual_gc_seconds(interval: int, fx: dict[str, Any] | None = None) -> float:
+    """Per-step share of Bridge's scheduled full collection (``maybe_run_manual_gc``: ``gc.collect()`` every
+    ``manual_gc_interval`` iterations, inside the interval timer that Bridge's step time divides).
+
+    One full collection walks every tracked Python object of the training process (about a million in a Bridge
+    run); its time is measured, not fitted (``manual_gc_collect_s``). It is pure CPU work with no CUDA call, so
+    the host's launch factor does not scale it. Interval 0 (manual GC off, or on with no schedule) adds nothing:
+    Python's own collector then runs young generations, whose cost ``step_overhead_s`` holds."""
+    if interval <= 0:
+        return 0.0
+    fx = facts() if fx is None else fx
+    return float(fx["manual_gc_collect_s"]) / interval
 
 
 def shared_expert_overlap(m: dict[str, Any], dispatcher: str, overlap: bool, pinned: bool | None = None) -> bool:

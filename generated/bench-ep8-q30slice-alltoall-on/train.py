@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-ep8-q30slice-alltoall-on.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:6a1fc92a349d03fa input sha256:91fa8e5b100ae94d
+# mocompile: checksum sha256:76ac01ecce3d9357 input sha256:91fa8e5b100ae94d
 """bench-ep8-q30slice-alltoall-on: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-30B-A3B on 8x NVIDIA H100 80GB HBM3, goal throughput.
@@ -130,12 +130,12 @@ def build_config() -> ConfigContainer:
     model.seq_length = 4096  # training.seq_length
     model.tensor_model_parallel_size = 1  # user: pinned in the recipe
     model.pipeline_model_parallel_size = 1  # user: pinned in the recipe
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.82 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.83 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
     model.context_parallel_size = 1  # user: pinned in the recipe
     model.expert_model_parallel_size = 8  # user: pinned in the recipe
     model.expert_tensor_parallel_size = 1  # user: pinned in the recipe
-    model.sequence_parallel = False  # goal: part of the chosen plan (0.82 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (0.83 s/step; see tensor_model_parallel_size)
     model.moe_token_dispatcher_type = 'alltoall'  # user: pinned in the recipe
     model.moe_flex_dispatcher_backend = None  # user: pinned in the recipe
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
@@ -147,7 +147,7 @@ def build_config() -> ConfigContainer:
     model.recompute_num_layers = None  # goal: lightest recompute that fits: 49.1 GiB <= 74 GiB usable
     model.recompute_modules = None  # goal: lightest recompute that fits: 49.1 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack: no TE graphs
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.82 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.83 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (qwen3-30b-a3b+custom)
     model.apply_rope_fusion = False  # goal: needs TE >= 1.4 and, with MLA, YaRN RoPE (transformer_config.py)

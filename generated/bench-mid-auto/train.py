@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-mid-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:2860a61cc532fabd input sha256:ba308b22be8db5d4
+# mocompile: checksum sha256:1d68af1ade69ba21 input sha256:ba308b22be8db5d4
 """bench-mid-auto: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (a small test MoE) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -128,16 +128,16 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 2048  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.47 s/step, 115 TFLOPS/GPU, 44.8 GiB (of 108 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.472 s/step: the fastest plan found (TP1 PP1 EP4, hybridep, overlap off, recompute none, graphs none) is predicted 0.444 s/step, 5.8% faster, inside the model's 16% error for a plan 1 knob away
-    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.47 s/step; see tensor_model_parallel_size)
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.47 s/step; see tensor_model_parallel_size)
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.48 s/step, 114 TFLOPS/GPU, 44.8 GiB (of 108 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.477 s/step: the fastest plan found (TP1 PP1 EP4, hybridep, overlap off, recompute none, graphs none) is predicted 0.450 s/step, 5.8% faster, inside the model's 16% error for a plan 1 knob away
+    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.48 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.48 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
-    model.context_parallel_size = 1  # goal: part of the chosen plan (0.47 s/step; see tensor_model_parallel_size)
-    model.expert_model_parallel_size = 4  # goal: part of the chosen plan (0.47 s/step; see tensor_model_parallel_size)
-    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.47 s/step; see tensor_model_parallel_size)
-    model.sequence_parallel = False  # goal: part of the chosen plan (0.47 s/step; see tensor_model_parallel_size)
-    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (0.47 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -27 ms; hybridep -27 ms; ncclep not offered (the target stack has no NCCL EP: DSP011)
-    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (0.47 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -27 ms; hybridep -27 ms; ncclep not offered (the target stack has no NCCL EP: DSP011)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (0.48 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 4  # goal: part of the chosen plan (0.48 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.48 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (0.48 s/step; see tensor_model_parallel_size)
+    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (0.48 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -27 ms; hybridep -27 ms; ncclep not offered (the target stack has no NCCL EP: DSP011)
+    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (0.48 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep -27 ms; hybridep -27 ms; ncclep not offered (the target stack has no NCCL EP: DSP011)
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
@@ -147,7 +147,7 @@ def build_config() -> ConfigContainer:
     model.recompute_num_layers = None  # goal: lightest recompute that fits: 44.8 GiB <= 74 GiB usable
     model.recompute_modules = None  # goal: lightest recompute that fits: 44.8 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack: no TE graphs
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.47 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.48 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (tiny-moe+custom)
     model.apply_rope_fusion = False  # goal: needs TE >= 1.4 and, with MLA, YaRN RoPE (transformer_config.py)
@@ -168,8 +168,8 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.47 s/step; see tensor_model_parallel_size); overlap on: +2 ms
-        delay_wgrad_compute=False,  # goal: part of the chosen plan (0.47 s/step; see tensor_model_parallel_size)
+        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.48 s/step; see tensor_model_parallel_size); overlap on: +2 ms
+        delay_wgrad_compute=False,  # goal: part of the chosen plan (0.48 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=False,  # derived: no interleaved pipeline
         batch_p2p_comm=False,  # derived: not needed
         overlap_grad_reduce=True,  # derived: overlap the DP gradient reduce-scatter

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-on-graphs.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:2535e63eefd2e60e input sha256:8984e6a9a9dd638c
+# mocompile: checksum sha256:6d507e5bd9241baa input sha256:8984e6a9a9dd638c
 """bench-te-mid-ep4-on-graphs: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (a small test MoE) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -121,12 +121,12 @@ def build_config() -> ConfigContainer:
     model.seq_length = 2048  # training.seq_length
     model.tensor_model_parallel_size = 1  # user: pinned in the recipe
     model.pipeline_model_parallel_size = 1  # user: pinned in the recipe
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.65 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.66 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
     model.context_parallel_size = 1  # user: pinned in the recipe
     model.expert_model_parallel_size = 4  # user: pinned in the recipe
     model.expert_tensor_parallel_size = 1  # user: pinned in the recipe
-    model.sequence_parallel = False  # goal: part of the chosen plan (0.65 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (0.66 s/step; see tensor_model_parallel_size)
     model.moe_token_dispatcher_type = 'alltoall'  # user: pinned in the recipe
     model.moe_flex_dispatcher_backend = None  # user: pinned in the recipe
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-on.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:4f6e07ac32337fbf input sha256:08293157d7b56826
+# mocompile: checksum sha256:132081b9629c1a0c input sha256:08293157d7b56826
 """bench-te-mid-ep4-on: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (a small test MoE) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -121,12 +121,12 @@ def build_config() -> ConfigContainer:
     model.seq_length = 2048  # training.seq_length
     model.tensor_model_parallel_size = 1  # user: pinned in the recipe
     model.pipeline_model_parallel_size = 1  # user: pinned in the recipe
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.69 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
     model.context_parallel_size = 1  # user: pinned in the recipe
     model.expert_model_parallel_size = 4  # user: pinned in the recipe
     model.expert_tensor_parallel_size = 1  # user: pinned in the recipe
-    model.sequence_parallel = False  # goal: part of the chosen plan (0.69 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size)
     model.moe_token_dispatcher_type = 'alltoall'  # user: pinned in the recipe
     model.moe_flex_dispatcher_backend = None  # user: pinned in the recipe
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
@@ -138,7 +138,7 @@ def build_config() -> ConfigContainer:
     model.recompute_num_layers = None  # goal: lightest recompute that fits: 35.8 GiB <= 74 GiB usable
     model.recompute_modules = None  # goal: lightest recompute that fits: 35.8 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'none'  # user: pinned in the recipe
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.69 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.70 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (tiny-moe+custom)
     model.apply_rope_fusion = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: fused RoPE (TE >= 1.4)

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-tiny-real-det.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:0e5b36390affc300 input sha256:f8da35af9dc5ef3b
+# mocompile: checksum sha256:1e155c4a677d15d9 input sha256:f8da35af9dc5ef3b
 """bench-te-tiny-real-det: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (a small test MoE) on 1x NVIDIA H100 80GB HBM3, goal throughput.
@@ -135,14 +135,14 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 1024  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.27 s/step, 40 TFLOPS/GPU, 9.6 GiB (of 19 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.275 s/step: the fastest plan found (TP1 PP1 EP1, alltoall, overlap off, recompute none, graphs te_rp) is predicted 0.260 s/step, 5.5% faster, inside the model's 16% error for a plan 1 knob away
-    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.28 s/step, 40 TFLOPS/GPU, 9.6 GiB (of 19 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.280 s/step: the fastest plan found (TP1 PP1 EP1, alltoall, overlap off, recompute none, graphs te_rp) is predicted 0.265 s/step, 5.3% faster, inside the model's 16% error for a plan 1 knob away
+    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
-    model.context_parallel_size = 1  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
-    model.expert_model_parallel_size = 1  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
-    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
-    model.sequence_parallel = False  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 1  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
     model.moe_token_dispatcher_type = 'alltoall'  # user: pinned in the recipe
     model.moe_flex_dispatcher_backend = None  # user: pinned in the recipe
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
@@ -153,8 +153,8 @@ def build_config() -> ConfigContainer:
     model.recompute_method = None  # goal: lightest recompute that fits: 9.6 GiB <= 74 GiB usable
     model.recompute_num_layers = None  # goal: lightest recompute that fits: 9.6 GiB <= 74 GiB usable
     model.recompute_modules = None  # goal: lightest recompute that fits: 9.6 GiB <= 74 GiB usable
-    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (tiny-moe)
     model.apply_rope_fusion = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: fused RoPE (TE >= 1.4)
@@ -175,8 +175,8 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     cfg.comm_overlap = CommOverlapConfig(
         tp_comm_overlap=False,  # TP comm overlap needs TE userbuffers; mocompile does not plan it
-        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size); overlap on: illegal or does not fit
-        delay_wgrad_compute=False,  # goal: part of the chosen plan (0.27 s/step; see tensor_model_parallel_size)
+        overlap_moe_expert_parallel_comm=False,  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size); overlap on: illegal or does not fit
+        delay_wgrad_compute=False,  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
         overlap_p2p_comm=False,  # derived: no interleaved pipeline
         batch_p2p_comm=False,  # derived: not needed
         overlap_grad_reduce=False,  # derived: no data parallelism

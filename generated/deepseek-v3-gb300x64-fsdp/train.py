@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-gb300x64-fsdp.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:f1e1cfc6c8170ef5 input sha256:61254ffce7f63ff1
+# mocompile: checksum sha256:c47fc4ea871a7e21 input sha256:61254ffce7f63ff1
 """deepseek-v3-gb300x64-fsdp: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 DeepSeek-V3 (671B-A37B) on 64x NVIDIA GB300 NVL72, goal throughput.
@@ -87,12 +87,12 @@ def build_config() -> ConfigContainer:
     cfg.ddp.use_distributed_optimizer = True  # the distributed optimizer (Muon: plain DDP); default: schema default: Megatron's distributed Adam
     cfg.ddp.overlap_grad_reduce = True  # derived: overlap the DP gradient reduce-scatter
     cfg.ddp.overlap_param_gather = True  # derived: follows overlap_grad_reduce
-    cfg.ddp.use_megatron_fsdp = True  # goal: Megatron-FSDP: TP1 PP1 EP64, hybridep, overlap off, recompute sel:layernorm,moe_act,mla_up_proj,mlp, graphs none at 5.78 s/step, 256.7 GiB, against TP4 PP1 EP64, hybridep, overlap off, recompute none, graphs none at 6.08 s/step without it: less model parallelism (TP x PP x CP 1 against 4), which fits only with FSDP, and not slower: the guidance's default, the smallest model parallelism that fits
-    cfg.ddp.data_parallel_sharding_strategy = 'optim_grads_params'  # weights, gradients and optimizer state sharded; goal: Megatron-FSDP: TP1 PP1 EP64, hybridep, overlap off, recompute sel:layernorm,moe_act,mla_up_proj,mlp, graphs none at 5.78 s/step, 256.7 GiB, against TP4 PP1 EP64, hybridep, overlap off, recompute none, graphs none at 6.08 s/step without it: less model parallelism (TP x PP x CP 1 against 4), which fits only with FSDP, and not slower: the guidance's default, the smallest model parallelism that fits
-    cfg.model.init_model_with_meta_device = True  # build on the meta device; FSDP materialises each shard; goal: Megatron-FSDP: TP1 PP1 EP64, hybridep, overlap off, recompute sel:layernorm,moe_act,mla_up_proj,mlp, graphs none at 5.78 s/step, 256.7 GiB, against TP4 PP1 EP64, hybridep, overlap off, recompute none, graphs none at 6.08 s/step without it: less model parallelism (TP x PP x CP 1 against 4), which fits only with FSDP, and not slower: the guidance's default, the smallest model parallelism that fits
+    cfg.ddp.use_megatron_fsdp = True  # goal: Megatron-FSDP: TP1 PP1 EP64, hybridep, overlap off, recompute sel:layernorm,moe_act,mla_up_proj,mlp, graphs none at 5.79 s/step, 256.7 GiB, against TP4 PP1 EP64, hybridep, overlap off, recompute none, graphs none at 6.09 s/step without it: less model parallelism (TP x PP x CP 1 against 4), which fits only with FSDP, and not slower: the guidance's default, the smallest model parallelism that fits
+    cfg.ddp.data_parallel_sharding_strategy = 'optim_grads_params'  # weights, gradients and optimizer state sharded; goal: Megatron-FSDP: TP1 PP1 EP64, hybridep, overlap off, recompute sel:layernorm,moe_act,mla_up_proj,mlp, graphs none at 5.79 s/step, 256.7 GiB, against TP4 PP1 EP64, hybridep, overlap off, recompute none, graphs none at 6.09 s/step without it: less model parallelism (TP x PP x CP 1 against 4), which fits only with FSDP, and not slower: the guidance's default, the smallest model parallelism that fits
+    cfg.model.init_model_with_meta_device = True  # build on the meta device; FSDP materialises each shard; goal: Megatron-FSDP: TP1 PP1 EP64, hybridep, overlap off, recompute sel:layernorm,moe_act,mla_up_proj,mlp, graphs none at 5.79 s/step, 256.7 GiB, against TP4 PP1 EP64, hybridep, overlap off, recompute none, graphs none at 6.09 s/step without it: less model parallelism (TP x PP x CP 1 against 4), which fits only with FSDP, and not slower: the guidance's default, the smallest model parallelism that fits
     cfg.comm_overlap.tp_comm_overlap = False  # derived: TP communication overlap needs TE userbuffers set up for the exact shapes; mocompile does not plan it (Bridge's CommOverlapConfig.tp_comm_overlap)
-    cfg.comm_overlap.overlap_moe_expert_parallel_comm = False  # goal: part of the chosen plan (5.78 s/step; see tensor_model_parallel_size); overlap on: illegal or does not fit
-    cfg.comm_overlap.delay_wgrad_compute = False  # goal: part of the chosen plan (5.78 s/step; see tensor_model_parallel_size)
+    cfg.comm_overlap.overlap_moe_expert_parallel_comm = False  # goal: part of the chosen plan (5.79 s/step; see tensor_model_parallel_size); overlap on: illegal or does not fit
+    cfg.comm_overlap.delay_wgrad_compute = False  # goal: part of the chosen plan (5.79 s/step; see tensor_model_parallel_size)
     cfg.comm_overlap.overlap_p2p_comm = False  # derived: no interleaved pipeline
     cfg.comm_overlap.batch_p2p_comm = False  # derived: not needed
     cfg.comm_overlap.overlap_grad_reduce = True  # derived: overlap the DP gradient reduce-scatter
@@ -103,14 +103,14 @@ def build_config() -> ConfigContainer:
     cfg.tokenizer = TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=129280)
     model = cfg.model
     model.seq_length = 4096  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 5.78 s/step, 738 TFLOPS/GPU, 256.7 GiB (of 273 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 5.784 s/step: the fastest plan found (TP2 PP1 EP64, alltoall, overlap on, recompute none, graphs none) is predicted 5.599 s/step, 3.2% faster, inside the model's 30% error for a plan 4 knobs away
-    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (5.78 s/step; see tensor_model_parallel_size)
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (5.78 s/step; see tensor_model_parallel_size)
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 5.79 s/step, 738 TFLOPS/GPU, 256.7 GiB (of 273 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 5.789 s/step: the fastest plan found (TP2 PP1 EP64, alltoall, overlap on, recompute none, graphs none) is predicted 5.604 s/step, 3.2% faster, inside the model's 30% error for a plan 4 knobs away
+    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (5.79 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (5.79 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
-    model.context_parallel_size = 1  # goal: part of the chosen plan (5.78 s/step; see tensor_model_parallel_size)
-    model.expert_model_parallel_size = 64  # goal: part of the chosen plan (5.78 s/step; see tensor_model_parallel_size)
-    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (5.78 s/step; see tensor_model_parallel_size)
-    model.sequence_parallel = False  # goal: part of the chosen plan (5.78 s/step; see tensor_model_parallel_size)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (5.79 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 64  # goal: part of the chosen plan (5.79 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (5.79 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (5.79 s/step; see tensor_model_parallel_size)
     model.moe_flex_dispatcher_num_sms = 32  # derived: flex dispatcher SM budget used by the shipped perf recipes
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
@@ -119,8 +119,8 @@ def build_config() -> ConfigContainer:
     model.recompute_method = None  # goal: lightest recompute that fits: 256.7 GiB <= 265 GiB usable
     model.recompute_num_layers = None  # goal: lightest recompute that fits: 256.7 GiB <= 265 GiB usable
     model.recompute_modules = ['layernorm', 'moe_act', 'mla_up_proj', 'mlp']  # goal: lightest recompute that fits: 256.7 GiB <= 265 GiB usable
-    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (5.78 s/step; see tensor_model_parallel_size)
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (5.78 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (5.79 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (5.79 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = 1  # model: model catalogue (deepseek-v3)
     model.apply_rope_fusion = False  # goal: needs TE >= 1.4 and, with MLA, YaRN RoPE (transformer_config.py)
@@ -140,7 +140,7 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     # Bridge's own helper sets the flex dispatcher and clears shared-expert overlap.
-    apply_flex_dispatcher_backend(model, 'hybridep')  # goal: part of the chosen plan (5.78 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall -52 ms; ncclep not offered (the target stack has no NCCL EP: DSP011)
+    apply_flex_dispatcher_backend(model, 'hybridep')  # goal: part of the chosen plan (5.79 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall -52 ms; ncclep not offered (the target stack has no NCCL EP: DSP011)
     cfg.mixed_precision = get_mixed_precision_config('bf16_mixed')
     # the precision config writes this into the DDP config at setup: set it here, not only above
     cfg.mixed_precision.grad_reduce_in_fp32 = False

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-235b-a22b-gb200.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:4cd11842bb078bfc input sha256:c862d18dba0b3c94
+# mocompile: checksum sha256:a6299e040b2f4566 input sha256:c862d18dba0b3c94
 """qwen3-235b-a22b-gb200: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-235B-A22B on 128x NVIDIA GB200 NVL72, goal throughput.
@@ -88,8 +88,8 @@ def build_config() -> ConfigContainer:
     cfg.ddp.overlap_grad_reduce = True  # derived: overlap the DP gradient reduce-scatter
     cfg.ddp.overlap_param_gather = True  # derived: follows overlap_grad_reduce
     cfg.comm_overlap.tp_comm_overlap = False  # derived: TP communication overlap needs TE userbuffers set up for the exact shapes; mocompile does not plan it (Bridge's CommOverlapConfig.tp_comm_overlap)
-    cfg.comm_overlap.overlap_moe_expert_parallel_comm = False  # goal: part of the chosen plan (19.04 s/step; see tensor_model_parallel_size); overlap on: illegal or does not fit
-    cfg.comm_overlap.delay_wgrad_compute = False  # goal: part of the chosen plan (19.04 s/step; see tensor_model_parallel_size)
+    cfg.comm_overlap.overlap_moe_expert_parallel_comm = False  # goal: part of the chosen plan (19.05 s/step; see tensor_model_parallel_size); overlap on: illegal or does not fit
+    cfg.comm_overlap.delay_wgrad_compute = False  # goal: part of the chosen plan (19.05 s/step; see tensor_model_parallel_size)
     cfg.comm_overlap.overlap_p2p_comm = False  # derived: no interleaved pipeline
     cfg.comm_overlap.batch_p2p_comm = True  # derived: plain pipeline: batched p2p
     cfg.comm_overlap.overlap_grad_reduce = True  # derived: overlap the DP gradient reduce-scatter
@@ -100,14 +100,14 @@ def build_config() -> ConfigContainer:
     cfg.tokenizer = TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=151936)
     model = cfg.model
     model.seq_length = 4096  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 19.04 s/step, 511 TFLOPS/GPU, 125.5 GiB (of 552 candidates scored); the tuned recipe Bridge ships (qwen3_235b_a22b_pretrain_64gpu_gb200_bf16_config)
-    model.pipeline_model_parallel_size = 8  # goal: part of the chosen plan (19.04 s/step; see tensor_model_parallel_size)
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (19.04 s/step; see tensor_model_parallel_size)
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 19.05 s/step, 510 TFLOPS/GPU, 125.5 GiB (of 552 candidates scored); the tuned recipe Bridge ships (qwen3_235b_a22b_pretrain_64gpu_gb200_bf16_config)
+    model.pipeline_model_parallel_size = 8  # goal: part of the chosen plan (19.05 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (19.05 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = 'Ettttttttttt|(tttttttttttt|)*6tttttttttttL'  # derived: balanced layout: embedding and loss counted as a layer each [PP002, PP003]
-    model.context_parallel_size = 1  # goal: part of the chosen plan (19.04 s/step; see tensor_model_parallel_size)
-    model.expert_model_parallel_size = 8  # goal: part of the chosen plan (19.04 s/step; see tensor_model_parallel_size)
-    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (19.04 s/step; see tensor_model_parallel_size)
-    model.sequence_parallel = False  # goal: part of the chosen plan (19.04 s/step; see tensor_model_parallel_size)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (19.05 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 8  # goal: part of the chosen plan (19.05 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (19.05 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (19.05 s/step; see tensor_model_parallel_size)
     model.moe_flex_dispatcher_num_sms = 32  # derived: flex dispatcher SM budget used by the shipped perf recipes
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
@@ -116,8 +116,8 @@ def build_config() -> ConfigContainer:
     model.recompute_method = None  # goal: lightest recompute that fits: 125.5 GiB <= 171 GiB usable
     model.recompute_num_layers = None  # goal: lightest recompute that fits: 125.5 GiB <= 171 GiB usable
     model.recompute_modules = None  # goal: lightest recompute that fits: 125.5 GiB <= 171 GiB usable
-    model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (19.04 s/step; see tensor_model_parallel_size); no graphs: +7 ms
-    model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: part of the chosen plan (19.04 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (19.05 s/step; see tensor_model_parallel_size); no graphs: +7 ms
+    model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: part of the chosen plan (19.05 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker
     model.mtp_num_layers = None  # model: model catalogue (qwen3-235b-a22b)
     model.apply_rope_fusion = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: fused RoPE (TE >= 1.4)
@@ -137,7 +137,7 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     # Bridge's own helper sets the flex dispatcher and clears shared-expert overlap.
-    apply_flex_dispatcher_backend(model, 'hybridep')  # goal: part of the chosen plan (19.04 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall +1.11 s; ncclep not offered (the target stack has no NCCL EP: DSP011)
+    apply_flex_dispatcher_backend(model, 'hybridep')  # goal: part of the chosen plan (19.05 s/step; see tensor_model_parallel_size); alternatives on this layout: alltoall +1.11 s; ncclep not offered (the target stack has no NCCL EP: DSP011)
     cfg.mixed_precision = get_mixed_precision_config('bf16_mixed')
     # the precision config writes this into the DDP config at setup: set it here, not only above
     cfg.mixed_precision.grad_reduce_in_fp32 = False

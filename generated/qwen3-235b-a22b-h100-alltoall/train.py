@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-235b-a22b-h100-alltoall.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:208050c30fd123aa input sha256:1e05ab9d46adf773
+# mocompile: checksum sha256:bd0b7b151f808412 input sha256:1e05ab9d46adf773
 """qwen3-235b-a22b-h100-alltoall: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-235B-A22B on 256x NVIDIA H100 80GB HBM3, goal throughput.
@@ -88,7 +88,7 @@ def build_config() -> ConfigContainer:
     cfg.ddp.overlap_param_gather = True  # derived: follows overlap_grad_reduce
     cfg.comm_overlap.tp_comm_overlap = False  # derived: TP communication overlap needs TE userbuffers set up for the exact shapes; mocompile does not plan it (Bridge's CommOverlapConfig.tp_comm_overlap)
     cfg.comm_overlap.overlap_moe_expert_parallel_comm = True  # user: pinned in the recipe
-    cfg.comm_overlap.delay_wgrad_compute = True  # goal: part of the chosen plan (27.65 s/step; see tensor_model_parallel_size)
+    cfg.comm_overlap.delay_wgrad_compute = True  # goal: part of the chosen plan (27.66 s/step; see tensor_model_parallel_size)
     cfg.comm_overlap.overlap_p2p_comm = True  # derived: interleaved pipeline: overlap p2p (Bridge's derivation)
     cfg.comm_overlap.batch_p2p_comm = False  # derived: not needed
     cfg.comm_overlap.overlap_grad_reduce = True  # derived: overlap the DP gradient reduce-scatter
@@ -103,10 +103,10 @@ def build_config() -> ConfigContainer:
     model.pipeline_model_parallel_size = 8  # user: pinned in the recipe
     model.virtual_pipeline_model_parallel_size = 4  # user: pinned in the recipe
     model.pipeline_model_parallel_layout = 'Ett|(ttt|)*30ttL'  # derived: balanced layout: embedding and loss counted as a layer each [PP002, PP003]
-    model.context_parallel_size = 1  # goal: part of the chosen plan (27.65 s/step; see tensor_model_parallel_size)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (27.66 s/step; see tensor_model_parallel_size)
     model.expert_model_parallel_size = 32  # user: pinned in the recipe
     model.expert_tensor_parallel_size = 1  # user: pinned in the recipe
-    model.sequence_parallel = True  # goal: part of the chosen plan (27.65 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = True  # goal: part of the chosen plan (27.66 s/step; see tensor_model_parallel_size)
     model.moe_token_dispatcher_type = 'alltoall'  # user: pinned in the recipe
     model.moe_flex_dispatcher_backend = None  # user: pinned in the recipe
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
@@ -117,8 +117,8 @@ def build_config() -> ConfigContainer:
     model.recompute_method = None  # goal: lightest recompute that fits: 71.0 GiB <= 74 GiB usable
     model.recompute_num_layers = None  # goal: lightest recompute that fits: 71.0 GiB <= 74 GiB usable
     model.recompute_modules = None  # goal: lightest recompute that fits: 71.0 GiB <= 74 GiB usable
-    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (27.65 s/step; see tensor_model_parallel_size)
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (27.65 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (27.66 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (27.66 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (qwen3-235b-a22b)
     model.apply_rope_fusion = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: fused RoPE (TE >= 1.4)

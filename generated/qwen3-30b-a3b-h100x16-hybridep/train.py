@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-30b-a3b-h100x16-hybridep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:cf4974061e03e4d9 input sha256:200cdf263ab29b58
+# mocompile: checksum sha256:6b9fee9b78af54ee input sha256:200cdf263ab29b58
 """qwen3-30b-a3b-h100x16-hybridep: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-30B-A3B on 16x NVIDIA H100 80GB HBM3, goal throughput.
@@ -102,12 +102,12 @@ def build_config() -> ConfigContainer:
     model.seq_length = 4096  # training.seq_length
     model.tensor_model_parallel_size = 1  # user: pinned in the recipe
     model.pipeline_model_parallel_size = 1  # user: pinned in the recipe
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (29.35 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (29.36 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
     model.context_parallel_size = 1  # user: pinned in the recipe
     model.expert_model_parallel_size = 16  # user: pinned in the recipe
     model.expert_tensor_parallel_size = 1  # user: pinned in the recipe
-    model.sequence_parallel = False  # goal: part of the chosen plan (29.35 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (29.36 s/step; see tensor_model_parallel_size)
     model.moe_flex_dispatcher_num_sms = 32  # derived: flex dispatcher SM budget used by the shipped perf recipes
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default [OVL010]
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
@@ -116,8 +116,8 @@ def build_config() -> ConfigContainer:
     model.recompute_method = None  # goal: lightest recompute that fits: 67.7 GiB <= 74 GiB usable
     model.recompute_num_layers = None  # goal: lightest recompute that fits: 67.7 GiB <= 74 GiB usable
     model.recompute_modules = None  # goal: lightest recompute that fits: 67.7 GiB <= 74 GiB usable
-    model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (29.35 s/step; see tensor_model_parallel_size); no graphs: +32 ms
-    model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: part of the chosen plan (29.35 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (29.36 s/step; see tensor_model_parallel_size); no graphs: +32 ms
+    model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: part of the chosen plan (29.36 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker
     model.mtp_num_layers = None  # model: model catalogue (qwen3-30b-a3b)
     model.apply_rope_fusion = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: fused RoPE (TE >= 1.4)

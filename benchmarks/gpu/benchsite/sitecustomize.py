@@ -10,6 +10,10 @@ MOCOMPILE_BENCH_GC=off         gc.disable() at start (what Bridge's manual_gc do
                                collections; perf recipes enable it): no collector pauses inside steps.
 MOCOMPILE_BENCH_AFFINITY=1     pin worker LOCAL_RANK to its own contiguous share of the CPUs
                                (no two ranks' host threads share a core).
+MOCOMPILE_BENCH_GCPROBE=DIR    time one full gc.collect() (what Bridge's maybe_run_manual_gc runs every
+                               manual_gc_interval iterations) inside the training loop at the iterations of
+                               MOCOMPILE_BENCH_GCPROBE_ITERS (default "10 15"), with the tracked-object count, and
+                               write DIR/gc-rank<RANK>.json: the cost a short manual_gc_interval adds to a step.
 """
 
 import os as _os
@@ -74,3 +78,59 @@ if _rank is not None and _local is not None:  # a torchrun worker (not the torch
         _os.makedirs(_stats_dir, exist_ok=True)
         _threading.Thread(target=_loop, name="mocompile-rankstats", daemon=True).start()
         _atexit.register(_sample)
+
+    _gc_dir = _os.environ.get("MOCOMPILE_BENCH_GCPROBE")
+    if _gc_dir:
+        import gc as _gcp
+        import json as _gjson
+        import sys as _gsys
+        import threading as _gthreading
+        import time as _gtime
+
+        _gc_iters = {int(x) for x in _os.environ.get("MOCOMPILE_BENCH_GCPROBE_ITERS", "10 15").split()}
+        _gc_path = _os.path.join(_gc_dir, f"gc-rank{_rank}.json")
+        _gc_rows: list = []
+
+        def _gc_probe(manual_gc_enabled, manual_gc_interval, iteration, _orig=None):  # noqa: ANN001
+            if iteration in _gc_iters:
+                try:
+                    before = _gcp.get_count()
+                    t = _gtime.perf_counter()
+                    found = _gcp.collect()
+                    dt = _gtime.perf_counter() - t
+                    _gc_rows.append({"iteration": int(iteration), "collect_s": dt, "unreachable": found,
+                                     "tracked_objects": len(_gcp.get_objects()), "counts_before": list(before),
+                                     "gc_enabled": _gcp.isenabled()})
+                    _gc_write()
+                except Exception:  # noqa: BLE001 - never disturb the job
+                    pass
+            return _orig(manual_gc_enabled, manual_gc_interval, iteration)
+
+        def _gc_write() -> None:
+            import platform
+            cpu = ""
+            try:
+                with open("/proc/cpuinfo", encoding="utf-8") as fh:
+                    cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), "")
+            except OSError:
+                pass
+            doc = {"rank": int(_rank), "python": platform.python_version(), "cpu": cpu, "probes": _gc_rows}
+            _os.makedirs(_gc_dir, exist_ok=True)
+            with open(_gc_path + ".tmp", "w", encoding="utf-8") as fh:
+                _gjson.dump(doc, fh)
+            _os.replace(_gc_path + ".tmp", _gc_path)
+
+        def _gc_patch() -> None:
+            # Bridge's train loop calls the module-level maybe_run_manual_gc each iteration (training/train.py):
+            # replace it once the module is imported, so the probe runs where a manual collection would
+            for _ in range(6000):
+                mod = _gsys.modules.get("megatron.bridge.training.train")
+                orig = getattr(mod, "maybe_run_manual_gc", None) if mod is not None else None
+                if orig is not None:
+                    def wrapped(a, b, c, _o=orig):  # noqa: ANN001
+                        return _gc_probe(a, b, c, _orig=_o)
+                    mod.maybe_run_manual_gc = wrapped
+                    return
+                _gtime.sleep(0.05)
+
+        _gthreading.Thread(target=_gc_patch, name="mocompile-gcprobe", daemon=True).start()

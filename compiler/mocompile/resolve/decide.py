@@ -409,7 +409,10 @@ def plan(ctx: Context) -> None:
     ref = res.reference if res.reference is not None and res.reference.kind else None
     ctx.planner = {
         "goal": ctx.goal, "candidates_scored": res.scored, "trust_margin": None if margin == float("inf") else margin,
-        "chosen": dict(w.summary(), terms_s={k: round(v, 3) for k, v in est.terms.items()}, pins=pins(ctx, w.cand)),
+        # train_step_s: the step without Bridge's scheduled collection, which the launchers' step probe
+        # (MOCOMPILE_METRICS: train_step alone) never times; probe, tune and diagnose compare their runs with it
+        "chosen": dict(w.summary(), train_step_s=round(w.step - est.terms.get("manual_gc", 0.0), 3),
+                       terms_s={k: round(v, 3) for k, v in est.terms.items()}, pins=pins(ctx, w.cand)),
         "runners_up": [dict(r.summary(), why_lost=why_lost(r, w, res.reference, ctx.goal), pins=pins(ctx, r.cand))
                        for r in res.runners_up],
         "excluded": [dict(r.summary(), why_lost=why_lost(r, w, goal=ctx.goal)) for r in res.excluded],

@@ -395,7 +395,8 @@ class Scorer:
                            bool(ctx["moe_grouped_gemm"]), optimizer_offload=float(ctx["optimizer_offload_fraction"]),
                            fsdp=bool(ctx["use_megatron_fsdp"]), offload_modules=tuple(ctx["offload_modules"]),
                            optimizer=ctx["optimizer"] or "adam",
-                           shared_expert_overlap=pinned_value(ctx, "moe", "shared_expert_overlap"))
+                           shared_expert_overlap=pinned_value(ctx, "moe", "shared_expert_overlap"),
+                           manual_gc_interval=int(ctx["manual_gc_interval"] or 0) if ctx["manual_gc"] else 0)
         self.hw = dict(ctx.hw, nvlink_domain=ctx.hw["nvlink_domain"], gpus_per_node=ctx["gpus_per_node"])
         self.count = 0
         self._mem: dict[tuple[Any, ...], dict[str, Any]] = {}
