@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-30b-a3b-h100x16-hybridep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:6b9fee9b78af54ee input sha256:200cdf263ab29b58
+# mocompile: checksum sha256:d178ee2e9414437a input sha256:200cdf263ab29b58
 """qwen3-30b-a3b-h100x16-hybridep: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-30B-A3B on 16x NVIDIA H100 80GB HBM3, goal throughput.
@@ -65,7 +65,7 @@ def build_config() -> ConfigContainer:
     cfg.train.micro_batch_size = 1  # user: pinned in the recipe
     cfg.train.exit_signal_handler = False  # derived: nothing to save on SIGTERM
     cfg.train.manual_gc = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: Python GC only every 100 steps, never inside a step (the GC pauses it removes are a cause of step-time jitter)
-    cfg.train.manual_gc_interval = 100  # goal: Bridge perf_recipes/_common.py::_benchmark_common
+    cfg.train.manual_gc_interval = 100  # goal: Bridge perf_recipes/_common.py::_benchmark_common; one full collection (0.54 s measured in a Bridge run) every 100 steps costs 5.4 ms a step
     cfg.optimizer.bf16 = True  # user: from precision bf16
     cfg.optimizer.fp16 = False  # user: from precision bf16
     cfg.scheduler.lr_warmup_iters = 10  # derived: a tenth of train_iters, at most 500: the schedule fits the run's length

@@ -12,6 +12,7 @@ fused kernels that a first run would have to debug).
 from __future__ import annotations
 
 from mocompile.resolve.context import Context
+from mocompile.steptime import facts, manual_gc_seconds
 from mocompile.versions import at_least
 
 COMMON = "Bridge perf_recipes/_common.py::_benchmark_common"
@@ -27,7 +28,12 @@ def host_and_fusion(ctx: Context) -> None:
     why_not = f"goal {ctx.goal}: Megatron's default"
     ctx.set("manual_gc", fast, "goal", f"{COMMON}: Python GC only every 100 steps, never inside a step "
             "(the GC pauses it removes are a cause of step-time jitter)" if fast else why_not)
-    ctx.set("manual_gc_interval", 100 if fast else 0, "goal", COMMON if fast else why_not)
+    interval = 100 if fast else 0
+    pause = ""
+    if fast:  # what the scheduled collection costs a step (the step model counts it: steptime.manual_gc_seconds)
+        pause = (f"; one full collection ({facts()['manual_gc_collect_s']:.2f} s measured in a Bridge run) every "
+                 f"{interval} steps costs {manual_gc_seconds(interval) * 1000:.1f} ms a step")
+    ctx.set("manual_gc_interval", interval, "goal", COMMON + pause if fast else why_not)
     te = ctx["te_version"] is not None
     mla = bool(ctx["multi_latent_attention"])
     # MCore: RoPE fusion needs TE >= 1.4; for MLA it needs YaRN RoPE, which the catalogue does not record.
