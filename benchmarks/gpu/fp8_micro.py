@@ -17,7 +17,7 @@ import json
 import os
 import sys
 
-from microbench import kernel_ms, run_rounds, timed
+from microbench import busy_ms, kernel_ms, run_rounds, timed
 
 # (name, experts (0 = a plain Linear), rows per expert, in, out)
 SHAPES = [
@@ -51,7 +51,7 @@ def case(te, torch, recipe_name: str, experts: int, rows: int, din: int, dout: i
 
     ms = timed(torch, step)
     flops = 3 * 2 * n * din * dout
-    return {"ms": ms, "gpu_ms": kernel_ms(torch, step), "tflops": flops / ms / 1e9}
+    return {"ms": ms, "gpu_ms": kernel_ms(torch, step), "busy_ms": busy_ms(torch, step), "tflops": flops / ms / 1e9}
 
 
 def main() -> int:

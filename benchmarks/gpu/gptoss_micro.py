@@ -20,7 +20,7 @@ import logging
 import os
 import sys
 
-from microbench import kernel_ms, run_rounds, timed
+from microbench import busy_ms, kernel_ms, run_rounds, timed
 
 os.environ.setdefault("NVTE_DEBUG", "1")
 os.environ.setdefault("NVTE_DEBUG_LEVEL", "2")
@@ -83,7 +83,7 @@ def grouped_case(te, torch, experts: int, rows: int, din: int, dout: int, bias: 
 
     ms = timed(torch, step)
     flops = 3 * 2 * experts * rows * din * dout
-    return {"ms": ms, "gpu_ms": kernel_ms(torch, step), "tflops": flops / ms / 1e9}
+    return {"ms": ms, "gpu_ms": kernel_ms(torch, step), "busy_ms": busy_ms(torch, step), "tflops": flops / ms / 1e9}
 
 
 def matmul_case(torch, m: int, k: int, n: int) -> dict:

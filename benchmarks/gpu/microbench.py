@@ -43,6 +43,39 @@ def kernel_ms(torch, fn, reps: int = 5) -> float:
     return total_us / reps / 1000.0
 
 
+def busy_ms(torch, fn, reps: int = 5) -> float:
+    """Milliseconds per call of ``fn`` during which at least one CUDA kernel runs (the union of the kernels'
+    intervals, PyTorch profiler): unlike ``kernel_ms`` it does not count twice the kernels that overlap on
+    several streams (TE's grouped GEMM runs up to four experts at once), and unlike the CUDA-event wall time it
+    leaves out the gaps in which the GPU waits for the host."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    spans = [(e.time_range.start, e.time_range.end) for e in prof.events() if e.device_type == DeviceType.CUDA]
+    return union_length(spans) / reps / 1000.0
+
+
+def union_length(spans: list[tuple[float, float]]) -> float:
+    """Total length covered by the intervals ``spans`` (overlaps counted once)."""
+    total, start, end = 0.0, None, None
+    for a, b in sorted(spans):
+        if end is None or a > end:
+            if end is not None:
+                total += end - start
+            start, end = a, b
+        else:
+            end = max(end, b)
+    if end is not None:
+        total += end - start
+    return total
+
+
 def run_rounds(torch, cases: list[tuple[str, Callable[[], dict[str, Any]]]], rounds: int,
                before: Callable[[], None] | None = None,
                after: Callable[[dict[str, Any], int], None] | None = None) -> dict[str, dict[str, Any]]:
@@ -69,7 +102,7 @@ def run_rounds(torch, cases: list[tuple[str, Callable[[], dict[str, Any]]]], rou
         r = dict(rs[0])
         if ok:
             r["ms_runs"] = [x["ms"] for x in ok]
-            for key in ("ms", "tflops", "fwd_ms", "gpu_ms"):
+            for key in ("ms", "tflops", "fwd_ms", "gpu_ms", "busy_ms", "wall_tflops"):
                 if key in ok[0]:
                     r[key] = statistics.median(x[key] for x in ok)
         out[name] = r

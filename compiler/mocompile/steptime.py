@@ -592,15 +592,14 @@ class StepModel:
             # all-gather counted here and overlaps the backward the same way; the layer-wise optimizer's all-gather
             # of the updated parameters runs after its step, exposed (``param_gather``, ``muon_seconds``)
             dp_comm = _dp_exposed(dp_traffic, per_mb)
-        gc_pause = self.gc_pause
-        step = steady + bubble + pp_comm + dp_comm + opt + param_gather + c["step_overhead_s"] + gc_pause
+        step = steady + bubble + pp_comm + dp_comm + opt + param_gather + c["step_overhead_s"] + self.gc_pause
         flops = self.flops
         recompute = mb * share * (n_moe_all * moe_rc + n_dense * dense_rc)
         terms = {"compute": mb * comp - recompute, "a2a_total": mb * a2a,
                  "a2a_exposed": mb * (a2a - hidden - shared_hidden), "overlap_slowdown": mb * slowdown, "bubble": bubble,
                  "tp_cp": mb * other, "host_bound": mb * (per_mb - gpu_mb), "pp_p2p": pp_comm, "dp_exposed": dp_comm,
                  "optimizer": opt, "act_offload": mb * offload_mb,
-                 "recompute": recompute, "manual_gc": gc_pause}
+                 "recompute": recompute, "manual_gc": self.gc_pause}
         if batch.optimizer == "muon":
             terms["param_gather"] = param_gather
         notes = []
@@ -610,7 +609,7 @@ class StepModel:
                             flops, mb, notes)
 
 
-def manual_gc_seconds(interval: int, fx: dict[str, Any] | None = None) -> float:
+def manual_gc_seconds(interval: int) -> float:
     """Per-step share of Bridge's scheduled full collection (``maybe_run_manual_gc``: ``gc.collect()`` every
     ``manual_gc_interval`` iterations, inside the interval timer that Bridge's step time divides).
 
@@ -620,8 +619,7 @@ def manual_gc_seconds(interval: int, fx: dict[str, Any] | None = None) -> float:
     Python's own collector then runs young generations, whose cost ``step_overhead_s`` holds."""
     if interval <= 0:
         return 0.0
-    fx = facts() if fx is None else fx
-    return float(fx["manual_gc_collect_s"]) / interval
+    return float(facts()["manual_gc_collect_s"]) / interval
 
 
 def shared_expert_overlap(m: dict[str, Any], dispatcher: str, overlap: bool, pinned: bool | None = None) -> bool:

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/gpt-oss-20b-h100x8-bringup.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:4afc7ada8b691d2c input sha256:230b3302bd208356
+# mocompile: checksum sha256:147e40151d260adc input sha256:230b3302bd208356
 """gpt-oss-20b-h100x8-bringup: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 GPT-OSS-20B on 8x NVIDIA H100 80GB HBM3, goal bring-up.
@@ -42,7 +42,7 @@ ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '8', 'NCCL_NVLS_ENABLE': '0', 'PYTHON
 
 # MOCOMPILE_RANK_PROBE (rankprobe.sh, `mocompile rankprobe`): the rank this plan's memory estimate calls most loaded,
 # what the probe runs instead of what a fake process group cannot run, and the estimates it is compared with.
-RANK_PROBE = {'world_size': 8, 'rank': 0, 'stage': 0, 'stages': 1, 'rank_why': 'no pipeline: every rank holds the whole stack, the embedding, the output layer and the loss', 'iterations': 6, 'microbatches': {'plan': 8, 'probe': 2}, 'global_batch_size': 16, 'model': {'moe_router_force_load_balancing': True}, 'substitutions': [{'field': 'moe_router_force_load_balancing', 'plan': False, 'probe': True, 'rule': 'PRB003', 'why': "the tokens a rank's experts receive depend on every other rank's routing, which a fake group does not run: routing is forced to balance (random router logits), so each expert gets its mean share; the estimate's natural-routing imbalance is not measured"}, {'field': 'global_batch_size', 'plan': 64, 'probe': 16, 'rule': 'PRB004', 'why': "2 of the plan's 8 micro-batches per iteration (the pipeline's warm-up, and so the peak, is the plan's); compute times are scaled by 8/2 to compare with the step-time model"}], 'estimate': {'plan': {'estimate_gib': 72.46, 'total_gib': 72.96, 'weights_and_optimizer_gib': 52.6, 'activations_gib': 14.03, 'logits_gib': 5.83, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.0, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 4186.3, 'in_flight_microbatches': 1.0}, 'probe': {'estimate_gib': 70.86, 'total_gib': 71.36, 'weights_and_optimizer_gib': 52.6, 'activations_gib': 12.43, 'logits_gib': 5.83, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.0, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 4186.3, 'in_flight_microbatches': 1.0}, 'probe_by_stage_gib': [70.86], 'difference_gib': {'allocated': 1.6, 'total': 1.6}}, 'model_compute_s': {'plan': 2.917, 'probe': 0.7292}}
+RANK_PROBE = {'world_size': 8, 'rank': 0, 'stage': 0, 'stages': 1, 'rank_why': 'no pipeline: every rank holds the whole stack, the embedding, the output layer and the loss', 'iterations': 6, 'microbatches': {'plan': 8, 'probe': 2}, 'global_batch_size': 16, 'model': {'moe_router_force_load_balancing': True}, 'substitutions': [{'field': 'moe_router_force_load_balancing', 'plan': False, 'probe': True, 'rule': 'PRB003', 'why': "the tokens a rank's experts receive depend on every other rank's routing, which a fake group does not run: routing is forced to balance (random router logits), so each expert gets its mean share; the estimate's natural-routing imbalance is not measured"}, {'field': 'global_batch_size', 'plan': 64, 'probe': 16, 'rule': 'PRB004', 'why': "2 of the plan's 8 micro-batches per iteration (the pipeline's warm-up, and so the peak, is the plan's); compute times are scaled by 8/2 to compare with the step-time model"}], 'estimate': {'plan': {'estimate_gib': 72.46, 'total_gib': 72.96, 'weights_and_optimizer_gib': 52.6, 'activations_gib': 14.03, 'logits_gib': 5.83, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.0, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 4186.3, 'in_flight_microbatches': 1.0}, 'probe': {'estimate_gib': 70.86, 'total_gib': 71.36, 'weights_and_optimizer_gib': 52.6, 'activations_gib': 12.43, 'logits_gib': 5.83, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.0, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 4186.3, 'in_flight_microbatches': 1.0}, 'probe_by_stage_gib': [70.86], 'difference_gib': {'allocated': 1.6, 'total': 1.6}}, 'model_compute_s': {'plan': 2.819, 'probe': 0.7047}}
 
 
 def build_config() -> ConfigContainer:
@@ -86,7 +86,7 @@ def build_config() -> ConfigContainer:
     cfg.ddp.overlap_param_gather = True  # derived: follows overlap_grad_reduce
     cfg.comm_overlap.tp_comm_overlap = False  # derived: TP communication overlap needs TE userbuffers set up for the exact shapes; mocompile does not plan it (Bridge's CommOverlapConfig.tp_comm_overlap)
     cfg.comm_overlap.overlap_moe_expert_parallel_comm = False  # goal: goal bring-up: no EP overlap (it keeps one more micro-batch of activations alive)
-    cfg.comm_overlap.delay_wgrad_compute = False  # goal: part of the chosen plan (3.30 s/step; see tensor_model_parallel_size)
+    cfg.comm_overlap.delay_wgrad_compute = False  # goal: part of the chosen plan (3.20 s/step; see tensor_model_parallel_size)
     cfg.comm_overlap.overlap_p2p_comm = False  # derived: no interleaved pipeline
     cfg.comm_overlap.batch_p2p_comm = False  # derived: not needed
     cfg.comm_overlap.overlap_grad_reduce = True  # derived: overlap the DP gradient reduce-scatter
@@ -97,16 +97,16 @@ def build_config() -> ConfigContainer:
     cfg.tokenizer = TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=201088)
     model = cfg.model
     model.seq_length = 4096  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: simplest legal plan (alltoall, no overlap, no graphs, least model parallelism): 3.30 s/step, 228 TFLOPS/GPU, 73.0 GiB (of 19 candidates scored)
-    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (3.30 s/step; see tensor_model_parallel_size)
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (3.30 s/step; see tensor_model_parallel_size)
+    model.tensor_model_parallel_size = 1  # goal: simplest legal plan (alltoall, no overlap, no graphs, least model parallelism): 3.20 s/step, 234 TFLOPS/GPU, 73.0 GiB (of 19 candidates scored)
+    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (3.20 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (3.20 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
-    model.context_parallel_size = 1  # goal: part of the chosen plan (3.30 s/step; see tensor_model_parallel_size)
-    model.expert_model_parallel_size = 8  # goal: part of the chosen plan (3.30 s/step; see tensor_model_parallel_size)
-    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (3.30 s/step; see tensor_model_parallel_size)
-    model.sequence_parallel = False  # goal: part of the chosen plan (3.30 s/step; see tensor_model_parallel_size)
-    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (3.30 s/step; see tensor_model_parallel_size)
-    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (3.30 s/step; see tensor_model_parallel_size)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (3.20 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 8  # goal: part of the chosen plan (3.20 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (3.20 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (3.20 s/step; see tensor_model_parallel_size)
+    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (3.20 s/step; see tensor_model_parallel_size)
+    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (3.20 s/step; see tensor_model_parallel_size)
     model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
@@ -115,8 +115,8 @@ def build_config() -> ConfigContainer:
     model.recompute_method = None  # goal: lightest recompute that fits: 73.0 GiB <= 74 GiB usable
     model.recompute_num_layers = None  # goal: lightest recompute that fits: 73.0 GiB <= 74 GiB usable
     model.recompute_modules = None  # goal: lightest recompute that fits: 73.0 GiB <= 74 GiB usable
-    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (3.30 s/step; see tensor_model_parallel_size)
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (3.30 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (3.20 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (3.20 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (gpt-oss-20b)
     model.apply_rope_fusion = False  # goal: goal bring-up: Megatron's default

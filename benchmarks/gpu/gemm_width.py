@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""How fast the grouped expert GEMMs run as a function of their widths, not only their rows, on one GPU.
+
+The step-time model gives every GEMM one share of peak that depends on its rows alone (``steptime._gemm_eff``;
+for experts, the rows of the experts TE's grouped GEMM runs at once, ``grouped_gemm_concurrency``). The 1x H100
+``fp8_micro.py`` run already showed BF16 expert GEMMs at Qwen3-30B's widths near 390 TFLOP/s of kernel time and at
+DeepSeek-V3's near 550, at equal rows. This sweeps the expert shapes of the catalogue's MoE families, fc1 (hidden
+-> 2 x moe_ffn, gated) and fc2 (moe_ffn -> hidden), 8 local experts, over rows per expert, forward + backward
+with ``te.GroupedLinear`` in BF16, so a width term can be read off measurements instead of fitted.
+
+    python3 benchmarks/gpu/gemm_width.py OUT.json      (on a GPU host after benchmarks/gpu/te.sh)
+
+Each case, in interleaved rounds (ROUNDS, default 2): wall time between CUDA events and GPU kernel time from the
+PyTorch profiler (``microbench``): the sum of kernel times and the time any kernel runs (``busy_ms``, which does
+not count the concurrent experts twice; TFLOP/s are over it). Errors are recorded, not raised.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from microbench import busy_ms, kernel_ms, run_rounds, timed
+
+# (family, hidden, moe_ffn): the expert shapes of the catalogue's MoE families (data/models.yaml)
+FAMILIES = [
+    ("qwen3-30b", 2048, 768),
+    ("moonlight", 2048, 1408),
+    ("qwen3-235b", 4096, 1536),
+    ("gpt-oss", 2880, 2880),
+    ("deepseek-v3", 7168, 2048),
+]
+ROWS = (512, 1024, 2048, 4096, 8192)   # tokens per expert
+EXPERTS = 8                            # local experts: TE runs up to 4 at once on its compute streams
+
+
+def case(te, torch, experts: int, rows: int, din: int, dout: int) -> dict:
+    layer = te.GroupedLinear(experts, din, dout, bias=False, params_dtype=torch.bfloat16, device="cuda")
+    n = experts * rows
+    x = torch.randn(n, din, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    g = torch.randn(n, dout, device="cuda", dtype=torch.bfloat16)
+
+    def step():
+        layer(x, [rows] * experts).backward(g)
+
+    ms = timed(torch, step)
+    busy = busy_ms(torch, step)
+    flops = 3 * 2 * n * din * dout
+    return {"ms": ms, "gpu_ms": kernel_ms(torch, step), "busy_ms": busy, "tflops": flops / busy / 1e9,
+            "wall_tflops": flops / ms / 1e9, "rows": rows, "din": din, "dout": dout, "experts": experts}
+
+
+def main() -> int:
+    out_path = sys.argv[1] if len(sys.argv) > 1 else "gemm_width.json"
+    import torch
+    import transformer_engine.pytorch as te
+
+    res: dict = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+                 "cases": {}}
+    cases = []
+    for fam, h, f in FAMILIES:
+        for rows in ROWS:
+            cases.append((f"{fam} fc1 {h}->{2 * f} r{rows}", (EXPERTS, rows, h, 2 * f)))
+            cases.append((f"{fam} fc2 {f}->{h} r{rows}", (EXPERTS, rows, f, h)))
+    res["cases"] = run_rounds(torch, [(name, lambda a=args: case(te, torch, *a)) for name, args in cases],
+                              int(os.environ.get("ROUNDS", "2")))
+    for name, r in res["cases"].items():
+        print(f"{name:40s} " + (f"{r['ms']:8.3f} ms  busy {r['busy_ms']:8.3f} ms  {r['tflops']:7.1f} TFLOP/s busy"
+                                if "ms" in r else r["error"][:200]), flush=True)
+    with open(out_path, "w", encoding="utf-8") as fh:
+        json.dump(res, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
