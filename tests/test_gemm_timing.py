@@ -65,3 +65,17 @@ def test_expert_efficiency_follows_the_work_of_the_call_not_its_rows_alone():
     fit = [ln for ln in lines if ln.startswith("one curve by forward GFLOPs")][0]
     assert "RMS log error 6.6 %" in fit and "685 TFLOP/s" in fit
     assert (RUN / "report.txt").read_text().splitlines() == lines
+
+
+def test_experts_side_by_side_gain_nothing_the_busy_time_grows_with_each_expert():
+    """1 to 16 local experts per call at fixed rows: the throughput per case stays within 15 % (so the cost is per
+    expert GEMM), and one expert alone is never the slowest, although the step-time model's
+    grouped_gemm_concurrency credits narrow experts with running ~2.75 at once."""
+    cases = json.loads((RUN / "gemm_width_experts.json").read_text())["cases"]
+    groups: dict[str, dict[int, float]] = {}
+    for name, c in cases.items():
+        groups.setdefault(name.rsplit(" ", 1)[0], {})[c["experts"]] = c["tflops"]
+    assert len(groups) == 8 and all(sorted(g) == [1, 2, 4, 8, 16] for g in groups.values())
+    for name, g in groups.items():
+        assert max(g.values()) / min(g.values()) < 1.15, name
+        assert g[1] > min(g.values()), name

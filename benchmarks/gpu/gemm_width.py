@@ -10,6 +10,9 @@ with ``te.GroupedLinear`` in BF16, so a width term can be read off measurements 
 
     python3 benchmarks/gpu/gemm_width.py OUT.json      (on a GPU host after benchmarks/gpu/te.sh)
 
+``EXPERT_SWEEP=1`` instead varies the local experts per call (1-16) for the narrowest and the widest family at
+512 and 2048 rows per expert: whether the fixed cost is per grouped call or per expert GEMM.
+
 Each case, in interleaved rounds (ROUNDS, default 2): wall time between CUDA events and GPU kernel time from the
 PyTorch profiler (``microbench``): the sum of kernel times and the time any kernel runs (``busy_ms``, which does
 not count the concurrent experts twice; TFLOP/s are over it). Errors are recorded, not raised.
@@ -62,6 +65,10 @@ def main() -> int:
         for rows in ROWS:
             cases.append((f"{fam} fc1 {h}->{2 * f} r{rows}", (EXPERTS, rows, h, 2 * f)))
             cases.append((f"{fam} fc2 {f}->{h} r{rows}", (EXPERTS, rows, f, h)))
+    if os.environ.get("EXPERT_SWEEP"):  # local experts per call at two row counts: a cost per call or per expert?
+        cases = [(f"{fam} {fc} r{rows} e{e}", (e, rows, din, dout))
+                 for fam, h, f in (FAMILIES[0], FAMILIES[-1]) for rows in (512, 2048) for e in (1, 2, 4, 8, 16)
+                 for fc, din, dout in (("fc1", h, 2 * f), ("fc2", f, h))]
     res["cases"] = run_rounds(torch, [(name, lambda a=args: case(te, torch, *a)) for name, args in cases],
                               int(os.environ.get("ROUNDS", "2")))
     for name, r in res["cases"].items():
