@@ -54,16 +54,19 @@ def test_in_busy_time_a_bias_costs_the_grouped_gemms_a_few_percent_not_twelve():
     assert (2 * ksum["fc1 2880->5760"] + ksum["fc2 2880->2880"]) / 3 > 1.15
 
 
-def test_expert_efficiency_follows_the_work_of_the_call_not_its_rows_alone():
+def test_expert_efficiency_follows_the_work_of_each_expert_gemm_not_its_rows_alone():
     """At 512 rows per expert the narrowest family keeps the smallest share of its 8192-row throughput and the
-    widest the largest; one curve in the call's FLOPs fits every case to within 7 % RMS (README figures)."""
-    lines = _gpu("gemm_width_report").report(json.loads((RUN / "gemm_width.json").read_text()))
+    widest the largest; over both runs one curve in one expert GEMM's FLOPs fits to 8.2 % RMS, by rows alone (the
+    step-time model's form) to 20 % (README figures; report.txt is what the script prints)."""
+    docs = [json.loads((RUN / name).read_text()) for name in ("gemm_width.json", "gemm_width_experts.json")]
+    lines = _gpu("gemm_width_report").report(docs)
     share = {ln.split()[0]: float(ln.split()[3].strip("()")) for ln in lines if ln.split()[1:2] == ["512"]}
     assert share["qwen3-30b"] < share["moonlight"] < share["qwen3-235b"] < share["deepseek-v3"]
     assert share["qwen3-30b"] == pytest.approx(0.42, abs=0.005)
     assert share["deepseek-v3"] == pytest.approx(0.74, abs=0.005)
-    fit = [ln for ln in lines if ln.startswith("one curve by forward GFLOPs")][0]
-    assert "RMS log error 6.6 %" in fit and "685 TFLOP/s" in fit
+    fits = {ln.split(":")[0]: ln for ln in lines if ln.startswith("one curve by ")}
+    assert "RMS log error 8.2 % over 90 cases" in fits["one curve by GFLOPs of one expert GEMM"]
+    assert "RMS log error 20.0 %" in fits["one curve by rows alone"]
     assert (RUN / "report.txt").read_text().splitlines() == lines
 
 
