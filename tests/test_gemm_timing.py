@@ -82,3 +82,12 @@ def test_experts_side_by_side_gain_nothing_the_busy_time_grows_with_each_expert(
     for name, g in groups.items():
         assert max(g.values()) / min(g.values()) < 1.15, name
         assert g[1] > min(g.values()), name
+
+
+def test_adding_the_weight_gradient_into_fp32_main_grad_costs_nothing_measurable():
+    """Megatron's gradient accumulation fusion (TE fuse_wgrad_accumulation) was a candidate cost of many local
+    experts on few rows; busy time with it over without stays within 6 % at every shape measured."""
+    cases = json.loads((RUN / "gemm_width_accum.json").read_text())["cases"]
+    pairs = [(c, cases[name[: -len("accum")] + "plain"]) for name, c in cases.items() if name.endswith(" accum")]
+    assert len(pairs) == 12 and all(c["accumulate"] and not p["accumulate"] for c, p in pairs)
+    assert all(0.94 < c["busy_ms"] / p["busy_ms"] < 1.06 for c, p in pairs)

@@ -10,6 +10,8 @@ with ``te.GroupedLinear`` in BF16, so a width term can be read off measurements 
 
     python3 benchmarks/gpu/gemm_width.py OUT.json      (on a GPU host after benchmarks/gpu/te.sh)
 
+``WGRAD_ACCUM=1`` instead times Qwen3-30B's and DeepSeek-V3's experts with and without Megatron's gradient
+accumulation fusion (TE ``fuse_wgrad_accumulation``: the weight-gradient GEMM adds into an fp32 ``main_grad``).
 ``EXPERT_SWEEP=1`` instead varies the local experts per call (1-16) for the narrowest and the widest family at
 512 and 2048 rows per expert: whether the fixed cost is per grouped call or per expert GEMM.
 
@@ -37,8 +39,12 @@ ROWS = (512, 1024, 2048, 4096, 8192)   # tokens per expert
 EXPERTS = 8                            # local experts: TE runs up to 4 at once on its compute streams
 
 
-def case(te, torch, experts: int, rows: int, din: int, dout: int) -> dict:
-    layer = te.GroupedLinear(experts, din, dout, bias=False, params_dtype=torch.bfloat16, device="cuda")
+def case(te, torch, experts: int, rows: int, din: int, dout: int, accumulate: bool = False) -> dict:
+    layer = te.GroupedLinear(experts, din, dout, bias=False, params_dtype=torch.bfloat16, device="cuda",
+                             fuse_wgrad_accumulation=accumulate)
+    if accumulate:  # Megatron's gradient_accumulation_fusion: the wgrad GEMM adds into the fp32 main_grad
+        for p in layer.parameters():
+            p.main_grad = torch.zeros(p.shape, dtype=torch.float32, device="cuda")
     n = experts * rows
     x = torch.randn(n, din, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     g = torch.randn(n, dout, device="cuda", dtype=torch.bfloat16)
@@ -50,7 +56,8 @@ def case(te, torch, experts: int, rows: int, din: int, dout: int) -> dict:
     busy = busy_ms(torch, step)
     flops = 3 * 2 * n * din * dout
     return {"ms": ms, "gpu_ms": kernel_ms(torch, step), "busy_ms": busy, "tflops": flops / busy / 1e9,
-            "wall_tflops": flops / ms / 1e9, "rows": rows, "din": din, "dout": dout, "experts": experts}
+            "wall_tflops": flops / ms / 1e9, "rows": rows, "din": din, "dout": dout, "experts": experts,
+            "accumulate": accumulate}
 
 
 def main() -> int:
@@ -65,6 +72,10 @@ def main() -> int:
         for rows in ROWS:
             cases.append((f"{fam} fc1 {h}->{2 * f} r{rows}", (EXPERTS, rows, h, 2 * f)))
             cases.append((f"{fam} fc2 {f}->{h} r{rows}", (EXPERTS, rows, f, h)))
+    if os.environ.get("WGRAD_ACCUM"):  # the weight gradient added into fp32 main_grad, against written in bf16
+        cases = [(f"{fam} {fc} r{rows} {'accum' if acc else 'plain'}", (8, rows, din, dout, acc))
+                 for fam, h, f in (FAMILIES[0], FAMILIES[-1]) for rows in (512, 2048, 8192) for acc in (False, True)
+                 for fc, din, dout in (("fc1", h, 2 * f), ("fc2", f, h))]
     if os.environ.get("EXPERT_SWEEP"):  # local experts per call at two row counts: a cost per call or per expert?
         cases = [(f"{fam} {fc} r{rows} e{e}", (e, rows, din, dout))
                  for fam, h, f in (FAMILIES[0], FAMILIES[-1]) for rows in (512, 2048) for e in (1, 2, 4, 8, 16)
