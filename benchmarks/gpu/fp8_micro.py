@@ -13,11 +13,10 @@ passes) and GPU kernel time from the PyTorch profiler; errors are recorded, not 
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 
-from microbench import busy_ms, kernel_ms, run_rounds, timed
+from microbench import busy_ms, kernel_ms, run_rounds, timed, write_results
 
 # (name, experts (0 = a plain Linear), rows per expert, in, out)
 SHAPES = [
@@ -64,11 +63,7 @@ def main() -> int:
              for r in ("bf16", "fp8-cs", "fp8-ds")]
     res["cases"] = run_rounds(torch, [(name, lambda a=args: case(te, torch, *a)) for name, args in cases],
                               int(os.environ.get("ROUNDS", "2")))
-    for name, r in res["cases"].items():
-        print(f"{name:44s} " + (f"{r['ms']:8.3f} ms  kernels {r['gpu_ms']:8.3f} ms  {r['tflops']:7.1f} TFLOPS"
-                                if "ms" in r else r["error"][:200]), flush=True)
-    with open(out_path, "w", encoding="utf-8") as fh:
-        json.dump(res, fh, indent=1)
+    write_results(res, out_path, lambda r: f"{r['ms']:8.3f} ms  kernels {r['gpu_ms']:8.3f} ms  {r['tflops']:7.1f} TFLOPS", 44)
     return 0
 
 

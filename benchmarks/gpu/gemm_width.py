@@ -21,11 +21,10 @@ not count the concurrent experts twice; TFLOP/s are over it). Errors are recorde
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 
-from microbench import busy_ms, kernel_ms, run_rounds, timed
+from microbench import busy_ms, kernel_ms, run_rounds, timed, write_results
 
 # (family, hidden, moe_ffn): the expert shapes of the catalogue's MoE families (data/models.yaml)
 FAMILIES = [
@@ -82,11 +81,7 @@ def main() -> int:
                  for fc, din, dout in (("fc1", h, 2 * f), ("fc2", f, h))]
     res["cases"] = run_rounds(torch, [(name, lambda a=args: case(te, torch, *a)) for name, args in cases],
                               int(os.environ.get("ROUNDS", "2")))
-    for name, r in res["cases"].items():
-        print(f"{name:40s} " + (f"{r['ms']:8.3f} ms  busy {r['busy_ms']:8.3f} ms  {r['tflops']:7.1f} TFLOP/s busy"
-                                if "ms" in r else r["error"][:200]), flush=True)
-    with open(out_path, "w", encoding="utf-8") as fh:
-        json.dump(res, fh, indent=1)
+    write_results(res, out_path, lambda r: f"{r['ms']:8.3f} ms  busy {r['busy_ms']:8.3f} ms  {r['tflops']:7.1f} TFLOP/s busy", 40)
     return 0
 
 

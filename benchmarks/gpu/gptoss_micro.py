@@ -15,12 +15,11 @@ are recorded, not raised.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
 
-from microbench import busy_ms, kernel_ms, run_rounds, timed
+from microbench import busy_ms, kernel_ms, run_rounds, timed, write_results
 
 os.environ.setdefault("NVTE_DEBUG", "1")
 os.environ.setdefault("NVTE_DEBUG_LEVEL", "2")
@@ -93,6 +92,12 @@ def matmul_case(torch, m: int, k: int, n: int) -> dict:
     return {"ms": ms, "tflops": 2 * m * k * n / ms / 1e9}
 
 
+def _line(r: dict) -> str:
+    return (f"{r['ms']:8.3f} ms {r['tflops']:7.1f} TFLOPS" + (f"  fwd {r['fwd_ms']:.3f} ms" if "fwd_ms" in r else "")
+            + (f"  kernels {r['gpu_ms']:.3f} ms" if "gpu_ms" in r else "")
+            + f"  runs {' '.join(f'{x:.3f}' for x in r['ms_runs'])}")
+
+
 def main() -> int:
     out_path = sys.argv[1] if len(sys.argv) > 1 else "gptoss_micro.json"
     backends = _Backends()
@@ -139,14 +144,7 @@ def main() -> int:
 
     res["cases"] = run_rounds(torch, cases, int(os.environ.get("ROUNDS", "3")), before=backends.lines.clear,
                               after=first_round_backends)
-    for name, r in res["cases"].items():
-        print(f"{name:44s} " + (f"{r['ms']:8.3f} ms {r['tflops']:7.1f} TFLOPS"
-                                + (f"  fwd {r['fwd_ms']:.3f} ms" if "fwd_ms" in r else "")
-                                + (f"  kernels {r['gpu_ms']:.3f} ms" if "gpu_ms" in r else "")
-                                + f"  runs {' '.join(f'{x:.3f}' for x in r['ms_runs'])}"
-                                if "ms" in r else r["error"][:200]), flush=True)
-    with open(out_path, "w", encoding="utf-8") as fh:
-        json.dump(res, fh, indent=1)
+    write_results(res, out_path, _line, 44)
     return 0
 
 

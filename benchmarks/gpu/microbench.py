@@ -24,9 +24,9 @@ def timed(torch, fn, reps: int = 10, warm: int = 3) -> float:
     return statistics.median(out)
 
 
-def kernel_ms(torch, fn, reps: int = 5) -> float:
-    """Milliseconds of GPU kernel time per call of ``fn`` (PyTorch profiler, CUDA activity only): the wall
-    time between CUDA events also counts the host's launch time whenever the GPU waits for it."""
+def _kernel_spans(torch, fn, reps: int) -> list[tuple[float, float]]:
+    """(start, end) microseconds of every CUDA kernel of ``reps`` calls of ``fn`` (PyTorch profiler), after one
+    call outside the profile."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -36,29 +36,31 @@ def kernel_ms(torch, fn, reps: int = 5) -> float:
         for _ in range(reps):
             fn()
         torch.cuda.synchronize()
-    total_us = 0.0
-    for evt in prof.events():
-        if evt.device_type == DeviceType.CUDA:
-            total_us += evt.time_range.elapsed_us()
-    return total_us / reps / 1000.0
+    return [(e.time_range.start, e.time_range.end) for e in prof.events() if e.device_type == DeviceType.CUDA]
+
+
+def kernel_ms(torch, fn, reps: int = 5) -> float:
+    """Milliseconds of GPU kernel time per call of ``fn`` (the sum of the kernels' durations): the wall time
+    between CUDA events also counts the host's launch time whenever the GPU waits for it."""
+    return sum(b - a for a, b in _kernel_spans(torch, fn, reps)) / reps / 1000.0
 
 
 def busy_ms(torch, fn, reps: int = 5) -> float:
     """Milliseconds per call of ``fn`` during which at least one CUDA kernel runs (the union of the kernels'
-    intervals, PyTorch profiler): unlike ``kernel_ms`` it does not count twice the kernels that overlap on
-    several streams (TE's grouped GEMM runs up to four experts at once), and unlike the CUDA-event wall time it
-    leaves out the gaps in which the GPU waits for the host."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
+    intervals): unlike ``kernel_ms`` it does not count twice the kernels that overlap on several streams (TE's
+    grouped GEMM runs up to four experts at once), and unlike the CUDA-event wall time it leaves out the gaps in
+    which the GPU waits for the host."""
+    return union_length(_kernel_spans(torch, fn, reps)) / reps / 1000.0
 
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            fn()
-        torch.cuda.synchronize()
-    spans = [(e.time_range.start, e.time_range.end) for e in prof.events() if e.device_type == DeviceType.CUDA]
-    return union_length(spans) / reps / 1000.0
+
+def write_results(res: dict[str, Any], out_path: str, line: Callable[[dict[str, Any]], str], width: int = 44) -> None:
+    """Print one line per case (``line`` of its record, or its error) and write the run as JSON."""
+    import json
+
+    for name, r in res["cases"].items():
+        print(f"{name:{width}s} " + (line(r) if "ms" in r else r["error"][:200]), flush=True)
+    with open(out_path, "w", encoding="utf-8") as fh:
+        json.dump(res, fh, indent=1)
 
 
 def union_length(spans: list[tuple[float, float]]) -> float:
