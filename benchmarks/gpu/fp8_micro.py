@@ -13,10 +13,9 @@ passes) and GPU kernel time from the PyTorch profiler; errors are recorded, not 
 """
 from __future__ import annotations
 
-import os
 import sys
 
-from microbench import busy_ms, kernel_ms, run_rounds, timed, write_results
+from microbench import kernel_and_busy_ms, run_cases, timed, write_results
 
 # (name, experts (0 = a plain Linear), rows per expert, in, out)
 SHAPES = [
@@ -50,7 +49,8 @@ def case(te, torch, recipe_name: str, experts: int, rows: int, din: int, dout: i
 
     ms = timed(torch, step)
     flops = 3 * 2 * n * din * dout
-    return {"ms": ms, "gpu_ms": kernel_ms(torch, step), "busy_ms": busy_ms(torch, step), "tflops": flops / ms / 1e9}
+    gpu, busy = kernel_and_busy_ms(torch, step)
+    return {"ms": ms, "gpu_ms": gpu, "busy_ms": busy, "tflops": flops / ms / 1e9}
 
 
 def main() -> int:
@@ -61,8 +61,7 @@ def main() -> int:
     res: dict = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "cases": {}}
     cases = [(f"{name} {r}", (r, e, rows, din, dout)) for name, e, rows, din, dout in SHAPES
              for r in ("bf16", "fp8-cs", "fp8-ds")]
-    res["cases"] = run_rounds(torch, [(name, lambda a=args: case(te, torch, *a)) for name, args in cases],
-                              int(os.environ.get("ROUNDS", "2")))
+    res["cases"] = run_cases(torch, lambda *a: case(te, torch, *a), cases)
     write_results(res, out_path, lambda r: f"{r['ms']:8.3f} ms  kernels {r['gpu_ms']:8.3f} ms  {r['tflops']:7.1f} TFLOPS", 44)
     return 0
 

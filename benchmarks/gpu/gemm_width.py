@@ -2,9 +2,8 @@
 """How fast the grouped expert GEMMs run as a function of their widths, not only their rows, on one GPU.
 
 The step-time model gives every GEMM one share of peak that depends on its rows alone (``steptime._gemm_eff``;
-for experts, the rows of the experts TE's grouped GEMM runs at once, ``grouped_gemm_concurrency``). The 1x H100
-``fp8_micro.py`` run already showed BF16 expert GEMMs at Qwen3-30B's widths near 390 TFLOP/s of kernel time and at
-DeepSeek-V3's near 550, at equal rows. This sweeps the expert shapes of the catalogue's MoE families, fc1 (hidden
+for experts, the rows of the experts TE's grouped GEMM runs at once, ``grouped_gemm_concurrency``).
+This sweeps the expert shapes of the catalogue's MoE families, fc1 (hidden
 -> 2 x moe_ffn, gated) and fc2 (moe_ffn -> hidden), 8 local experts, over rows per expert, forward + backward
 with ``te.GroupedLinear`` in BF16, so a width term can be read off measurements instead of fitted.
 
@@ -24,7 +23,7 @@ from __future__ import annotations
 import os
 import sys
 
-from microbench import busy_ms, kernel_ms, run_rounds, timed, write_results
+from microbench import kernel_and_busy_ms, run_cases, timed, write_results
 
 # (family, hidden, moe_ffn): the expert shapes of the catalogue's MoE families (data/models.yaml)
 FAMILIES = [
@@ -36,6 +35,11 @@ FAMILIES = [
 ]
 ROWS = (512, 1024, 2048, 4096, 8192)   # tokens per expert
 EXPERTS = 8                            # local experts: TE runs up to 4 at once on its compute streams
+
+
+def _expert_gemms(h: int, f: int) -> tuple[tuple[str, int, int], ...]:
+    """(name, in, out) of one gated expert's GEMMs: fc1 hidden -> 2 x moe_ffn, fc2 moe_ffn -> hidden."""
+    return ("fc1", h, 2 * f), ("fc2", f, h)
 
 
 def case(te, torch, experts: int, rows: int, din: int, dout: int, accumulate: bool = False) -> dict:
@@ -52,9 +56,9 @@ def case(te, torch, experts: int, rows: int, din: int, dout: int, accumulate: bo
         layer(x, [rows] * experts).backward(g)
 
     ms = timed(torch, step)
-    busy = busy_ms(torch, step)
+    gpu, busy = kernel_and_busy_ms(torch, step)
     flops = 3 * 2 * n * din * dout
-    return {"ms": ms, "gpu_ms": kernel_ms(torch, step), "busy_ms": busy, "tflops": flops / busy / 1e9,
+    return {"ms": ms, "gpu_ms": gpu, "busy_ms": busy, "tflops": flops / busy / 1e9,
             "wall_tflops": flops / ms / 1e9, "rows": rows, "din": din, "dout": dout, "experts": experts,
             "accumulate": accumulate}
 
@@ -66,21 +70,19 @@ def main() -> int:
 
     res: dict = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
                  "cases": {}}
-    cases = []
-    for fam, h, f in FAMILIES:
-        for rows in ROWS:
-            cases.append((f"{fam} fc1 {h}->{2 * f} r{rows}", (EXPERTS, rows, h, 2 * f)))
-            cases.append((f"{fam} fc2 {f}->{h} r{rows}", (EXPERTS, rows, f, h)))
-    if os.environ.get("WGRAD_ACCUM"):  # the weight gradient added into fp32 main_grad, against written in bf16
-        cases = [(f"{fam} {fc} r{rows} {'accum' if acc else 'plain'}", (8, rows, din, dout, acc))
-                 for fam, h, f in (FAMILIES[0], FAMILIES[-1]) for rows in (512, 2048, 8192) for acc in (False, True)
-                 for fc, din, dout in (("fc1", h, 2 * f), ("fc2", f, h))]
+    narrow_and_wide = (FAMILIES[0], FAMILIES[-1])
     if os.environ.get("EXPERT_SWEEP"):  # local experts per call at two row counts: a cost per call or per expert?
         cases = [(f"{fam} {fc} r{rows} e{e}", (e, rows, din, dout))
-                 for fam, h, f in (FAMILIES[0], FAMILIES[-1]) for rows in (512, 2048) for e in (1, 2, 4, 8, 16)
-                 for fc, din, dout in (("fc1", h, 2 * f), ("fc2", f, h))]
-    res["cases"] = run_rounds(torch, [(name, lambda a=args: case(te, torch, *a)) for name, args in cases],
-                              int(os.environ.get("ROUNDS", "2")))
+                 for fam, h, f in narrow_and_wide for rows in (512, 2048) for e in (1, 2, 4, 8, 16)
+                 for fc, din, dout in _expert_gemms(h, f)]
+    elif os.environ.get("WGRAD_ACCUM"):  # the weight gradient added into fp32 main_grad, against written in bf16
+        cases = [(f"{fam} {fc} r{rows} {'accum' if acc else 'plain'}", (EXPERTS, rows, din, dout, acc))
+                 for fam, h, f in narrow_and_wide for rows in (512, 2048, 8192) for acc in (False, True)
+                 for fc, din, dout in _expert_gemms(h, f)]
+    else:
+        cases = [(f"{fam} {fc} {din}->{dout} r{rows}", (EXPERTS, rows, din, dout))
+                 for fam, h, f in FAMILIES for rows in ROWS for fc, din, dout in _expert_gemms(h, f)]
+    res["cases"] = run_cases(torch, lambda *a: case(te, torch, *a), cases)
     write_results(res, out_path, lambda r: f"{r['ms']:8.3f} ms  busy {r['busy_ms']:8.3f} ms  {r['tflops']:7.1f} TFLOP/s busy", 40)
     return 0
 

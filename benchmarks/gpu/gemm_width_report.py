@@ -21,11 +21,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "compiler"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gemm_width import EXPERTS, FAMILIES, ROWS  # noqa: E402  (the sweep's own shapes)
 from mocompile import steptime  # noqa: E402
-
-FAMILIES = [("qwen3-30b", 2048, 768), ("moonlight", 2048, 1408), ("qwen3-235b", 4096, 1536),
-            ("gpt-oss", 2880, 2880), ("deepseek-v3", 7168, 2048)]
-ROWS = (8192, 4096, 2048, 1024, 512)
 
 
 class _Batch:
@@ -35,7 +33,7 @@ class _Batch:
 
 def _model_share(h: int, f: int, rows: int, c: dict[str, float]) -> float:
     """The step-time model's expert-GEMM efficiency: by rows times the experts it assumes TE runs at once."""
-    m = {"moe_ffn_hidden_size": f, "hidden_size": h, "num_moe_experts": 8, "gated_linear_unit": True}
+    m = {"moe_ffn_hidden_size": f, "hidden_size": h, "num_moe_experts": EXPERTS, "gated_linear_unit": True}
     conc = steptime.grouped_gemm_concurrency(m, {"sm_count": 132}, rows, 1, 1, _Batch())  # type: ignore[arg-type]
     return steptime._gemm_eff(rows * conc, c)
 
@@ -67,7 +65,7 @@ def report(docs: list[dict[str, Any]]) -> list[str]:
            "(relative to 8192 rows per expert)", f"{'family':12s} {'rows':>5s} {'measured':>14s} {'model':>8s}"]
     for fam, h, f in FAMILIES:
         base = None
-        for rows in ROWS:
+        for rows in sorted(ROWS, reverse=True):
             a, b = cases[f"{fam} fc1 {h}->{2 * f} r{rows}"], cases[f"{fam} fc2 {f}->{h} r{rows}"]
             flops = 3 * 2 * a["experts"] * rows * (h * 2 * f + f * h)
             meas = flops / (a["busy_ms"] + b["busy_ms"]) / 1e9

@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 
-from microbench import busy_ms, kernel_ms, run_rounds, timed, write_results
+from microbench import kernel_and_busy_ms, kernel_ms, run_rounds, timed, write_results
 
 os.environ.setdefault("NVTE_DEBUG", "1")
 os.environ.setdefault("NVTE_DEBUG_LEVEL", "2")
@@ -82,7 +82,8 @@ def grouped_case(te, torch, experts: int, rows: int, din: int, dout: int, bias: 
 
     ms = timed(torch, step)
     flops = 3 * 2 * experts * rows * din * dout
-    return {"ms": ms, "gpu_ms": kernel_ms(torch, step), "busy_ms": busy_ms(torch, step), "tflops": flops / ms / 1e9}
+    gpu, busy = kernel_and_busy_ms(torch, step)
+    return {"ms": ms, "gpu_ms": gpu, "busy_ms": busy, "tflops": flops / ms / 1e9}
 
 
 def matmul_case(torch, m: int, k: int, n: int) -> dict:

@@ -2,6 +2,7 @@
 kernel time from the PyTorch profiler, and interleaved rounds aggregated by median."""
 from __future__ import annotations
 
+import json
 import statistics
 import traceback
 from collections.abc import Callable
@@ -45,18 +46,26 @@ def kernel_ms(torch, fn, reps: int = 5) -> float:
     return sum(b - a for a, b in _kernel_spans(torch, fn, reps)) / reps / 1000.0
 
 
-def busy_ms(torch, fn, reps: int = 5) -> float:
-    """Milliseconds per call of ``fn`` during which at least one CUDA kernel runs (the union of the kernels'
-    intervals): unlike ``kernel_ms`` it does not count twice the kernels that overlap on several streams (TE's
-    grouped GEMM runs up to four experts at once), and unlike the CUDA-event wall time it leaves out the gaps in
-    which the GPU waits for the host."""
-    return union_length(_kernel_spans(torch, fn, reps)) / reps / 1000.0
+def kernel_and_busy_ms(torch, fn, reps: int = 5) -> tuple[float, float]:
+    """``kernel_ms`` and the busy time of one profiled pass: milliseconds per call during which at least one CUDA
+    kernel runs (the union of the kernels' intervals). Unlike the kernel sum the busy time does not count twice
+    the kernels that overlap on several streams (TE's grouped GEMM runs up to four experts at once); unlike the
+    CUDA-event wall time it leaves out the gaps in which the GPU waits for the host."""
+    spans = _kernel_spans(torch, fn, reps)
+    return sum(b - a for a, b in spans) / reps / 1000.0, union_length(spans) / reps / 1000.0
+
+
+def run_cases(torch, fn: Callable[..., dict[str, Any]], cases: list[tuple[str, tuple[Any, ...]]],
+              default_rounds: int = 2) -> dict[str, dict[str, Any]]:
+    """``run_rounds`` over ``fn(*args)`` for each named argument tuple, ROUNDS (environment) rounds."""
+    import os
+
+    return run_rounds(torch, [(name, lambda a=args: fn(*a)) for name, args in cases],
+                      int(os.environ.get("ROUNDS", str(default_rounds))))
 
 
 def write_results(res: dict[str, Any], out_path: str, line: Callable[[dict[str, Any]], str], width: int = 44) -> None:
     """Print one line per case (``line`` of its record, or its error) and write the run as JSON."""
-    import json
-
     for name, r in res["cases"].items():
         print(f"{name:{width}s} " + (line(r) if "ms" in r else r["error"][:200]), flush=True)
     with open(out_path, "w", encoding="utf-8") as fh:
