@@ -16,6 +16,20 @@ DATA = os.path.join(os.path.dirname(__file__), "data")
 REQUIRED_MODEL_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "num_moe_experts",
                        "moe_router_topk", "moe_ffn_hidden_size", "vocab_size")
 
+# The numbers a catalogue model's Bridge provider takes as plain fields (emit/python_recipe.py RESIZE_ASSIGN
+# says which provider field each becomes). A `base:` that changes only these is the same architecture at
+# another size: train.py keeps Bridge's recipe for the base (MLA, router kind, attention sinks, hybrid
+# layers, RoPE scaling stay the family's) and sets the new numbers on its provider.
+RESIZABLE = frozenset({"num_layers", "first_k_dense", "hidden_size", "ffn_hidden_size", "moe_ffn_hidden_size",
+                       "num_moe_experts", "moe_router_topk", "shared_expert_size", "num_attention_heads",
+                       "num_query_groups", "kv_channels", "mtp_num_layers", "vocab_size", "q_lora_rank"})
+# Not architecture: a label, or figures mocompile never computes with.
+_LABELS = frozenset({"base", "display", "params_b", "active_params_b"})
+# What the generic GPTModelProvider of a custom model (no Bridge recipe) cannot build: planning with it would
+# cost a model that train.py does not train.
+_GENERIC_UNBUILDABLE = ("q_lora_rank", "sliding_window", "softmax_sinks", "window_attn_skip_freq",
+                        "linear_attention_freq", "linear_num_key_heads", "attention_output_gate")
+
 
 @functools.cache
 def _load(name: str) -> dict[str, Any]:
@@ -74,11 +88,37 @@ def resolve_model(intent: dict[str, Any], doc: Document) -> dict[str, Any]:
                                          doc.position(("model", "base")),
                                          f"did you mean `{close[0]}`?" if close else "")])
         merged = dict(catalogue[base_id])
-        # A changed architecture no longer matches the upstream recipe's model.
-        if set(spec) - {"base", "display"}:
+        changed = {k: v for k, v in spec.items() if k not in _LABELS and merged.get(k, ...) != v}
+        if changed and set(changed) <= RESIZABLE and (merged.get("bridge") or {}).get("recipe") \
+                and _generic_lacks(merged):
+            # Same family at another size, one the generic provider cannot build: Bridge's recipe for the base
+            # builds the family's provider (reading the base's HF config), train.py then sets these numbers on it.
+            # (A family it can build, e.g. Qwen3-MoE, stays a custom model: no HF config to fetch on the nodes.)
+            derived = []
+            if merged.get("attention") == "mla" and "num_attention_heads" in changed and "num_query_groups" not in spec:
+                derived.append("num_query_groups")
+            if merged.get("attention") == "mla" and "num_attention_heads" in changed:
+                _mla_groups_follow_heads(changed, spec, base_id, doc)
+            merged["resized"] = {"from": base_id, "fields": dict(sorted(changed.items())),
+                                 **({"derived": derived} if derived else {})}
+            if "display" not in spec:  # the base's name alone would claim the base's size
+                merged["display"] = f"{merged.get('display', base_id)} resized (" + ", ".join(
+                    f"{k} {v}" for k, v in sorted(changed.items())) + ")"
+        elif changed:
+            # A changed architecture no longer matches the upstream recipe's model.
             merged["bridge"] = {"module": None, "recipe": None, "needs_hf_config": False}
             merged["hf_id"] = None  # nor does the upstream checkpoint's id describe it any more
     merged.update({k: v for k, v in spec.items() if k != "base"})
+    merged.update((merged.get("resized") or {}).get("fields", {}))  # with what follows from them (MLA's groups)
+    groups = int(merged.get("moe_router_num_groups") or 1)
+    if merged.get("resized") and merged["num_moe_experts"] % groups:
+        raise InputError([Diagnostic(
+            "MDL002", "error", f"{merged['num_moe_experts']} experts do not divide into {base_id}'s {groups} router "
+            "groups (group-limited routing: Megatron-Core's TransformerConfig asserts num_moe_experts % "
+            "moe_router_num_groups == 0)", doc.position(("model", "num_moe_experts")),
+            f"use a multiple of {groups} experts")])
+    if not (merged.get("bridge") or {}).get("recipe"):
+        _refuse_unbuildable(merged, base_id, spec, doc)
     missing = [k for k in REQUIRED_MODEL_KEYS if k not in merged]
     if missing:
         raise InputError([Diagnostic("SCHEMA", "error",
@@ -86,6 +126,45 @@ def resolve_model(intent: dict[str, Any], doc: Document) -> dict[str, Any]:
                                      doc.position(("model",)), "state the architecture numbers or add `base: <catalogue id>`")])
     merged["id"] = f"{base_id}+custom" if base_id and len(spec) > 1 else (base_id or "custom")
     return _defaults(merged)
+
+
+def _mla_groups_follow_heads(changed: dict[str, Any], spec: dict[str, Any], base_id: str, doc: Document) -> None:
+    """MLA has no key/value groups: Megatron-Core's MLASelfAttention hands num_query_groups to Transformer Engine's
+    DotProductAttention as its GQA groups, which asserts heads % groups == 0 when the model is built (DeepSeek-V3's
+    128 groups with 8 heads failed there on a GPU). Resized heads take the groups along (MDL003 if told otherwise)."""
+    heads = changed["num_attention_heads"]
+    groups = spec.get("num_query_groups", heads)
+    if groups != heads:
+        raise InputError([Diagnostic(
+            "MDL003", "error", f"{base_id} uses multi-latent attention, which has no key/value groups: "
+            f"num_query_groups must equal num_attention_heads ({heads}), not {groups}",
+            doc.position(("model", "num_query_groups")), f"leave `num_query_groups` out (it follows the heads) or set {heads}")])
+    changed["num_query_groups"] = heads
+
+
+def _generic_lacks(model: dict[str, Any]) -> list[str]:
+    """What of ``model``'s architecture Bridge's generic GPTModelProvider cannot build (empty: it can)."""
+    kinds = [f"attention `{model['attention']}`"] if model.get("attention", "gqa") != "gqa" else []
+    return kinds + [f"`{k}`" for k in _GENERIC_UNBUILDABLE if model.get(k) not in (None, 0, False)]
+
+
+def _refuse_unbuildable(merged: dict[str, Any], base_id: str | None, spec: dict[str, Any], doc: Document) -> None:
+    """MDL001: a custom model is built by Bridge's generic GPTModelProvider (standard attention, an
+    aux-loss router); planning it as MLA, hybrid or sink/window attention would cost another model."""
+    kinds = _generic_lacks(merged)
+    if not kinds:
+        return
+    edited = sorted(k for k in spec if k not in _LABELS and k not in RESIZABLE)
+    where = ("model",) if not edited else ("model", edited[0])
+    hint = (f"change only the numbers Bridge's {base_id} recipe takes ({', '.join(sorted(RESIZABLE))}): train.py then "
+            f"keeps that recipe's architecture" if base_id else
+            "start from a catalogue model of that architecture with `base:` and change only its numbers")
+    raise InputError([Diagnostic("MDL001", "error",
+                                 f"a custom model is built by Megatron-Bridge's generic GPTModelProvider, which has no "
+                                 f"{', '.join(kinds)}"
+                                 + (f" (changing {', '.join('`' + k + '`' for k in edited)} leaves {base_id}'s recipe)"
+                                    if base_id and edited else ""),
+                                 doc.position(where), hint)])
 
 
 def resolve_hardware(intent: dict[str, Any]) -> dict[str, Any]:

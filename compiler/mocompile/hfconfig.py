@@ -20,6 +20,7 @@ import os
 import re
 from typing import Any
 
+from mocompile.catalogue import models
 from mocompile.errors import InputError
 from mocompile.ir import Diagnostic, Document, Position
 
@@ -168,9 +169,13 @@ def verify(model: dict[str, Any], doc: Document) -> dict[str, Any]:
                      f"{want_arch!r}: Bridge picks its model bridge by this name (AutoBridge._validate_config)",
                      _at(file, text, "architectures"), f"download {model['hf_id']}'s own config.json")
     matched: dict[str, int] = {}
+    # A resized catalogue model (catalogue.RESIZABLE): the file is the base's config, which Bridge's recipe reads
+    # before train.py sets the new numbers on its provider.
+    resized = model.get("resized")
+    base = {**model, **models()[resized["from"]]} if resized else model
     for ours, expr in fields:
         value, key = _value(data, expr)
-        want = model.get(ours)
+        want = base.get(ours)
         if value is ...:
             raise _error("HFC002", f"{os.path.basename(file)} has no `{key}`: the {ours} mocompile plans with "
                          f"({want}) cannot be checked", pos, f"download {model['hf_id']}'s own config.json")

@@ -67,6 +67,8 @@ MODEL_FIELDS = (
     "pipeline_model_parallel_layout", "account_for_embedding_in_pipeline_split",
     "account_for_loss_in_pipeline_split",
     "num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_layer_freq",
+    "moe_router_num_groups", "moe_router_score_function", "moe_router_enable_expert_bias",
+    "softmax_type", "window_size", "add_bias_linear",
     "moe_shared_expert_intermediate_size", "moe_shared_expert_overlap",
     "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_flex_dispatcher_num_sms",
     "moe_deepep_num_sms", "moe_hybridep_num_sms", "moe_grouped_gemm", "moe_permute_fusion",

@@ -86,6 +86,35 @@ def _custom_model(plan: Plan) -> list[dict[str, Any]]:
     return [{"field": k, "value": v, "comment": c} for k, v, c in args]
 
 
+def _resized(plan: Plan) -> list[dict[str, Any]]:
+    """Provider assignments for a resized catalogue model (catalogue.RESIZABLE): Bridge's recipe for the base
+    built the family's provider (its attention, router and RoPE), these lines give it the intent's numbers."""
+    resized = plan.model.get("resized")
+    if not resized:
+        return []
+    m, fields, base = plan.model, resized["fields"], resized["from"]
+    why = f"model: {base} resized (the intent's number; the recipe built {base}'s)"
+    out: list[tuple[str, Any]] = []
+    for key in sorted(fields):
+        if key == "first_k_dense":
+            continue  # the dense prefix is moe_layer_freq, below
+        if key == "shared_expert_size":
+            out.append(("moe_shared_expert_intermediate_size", m["shared_expert_size"] or None))
+        elif key == "kv_channels" and m.get("attention") == "mla":
+            out.append(("v_head_dim", m["kv_channels"]))  # MLA's value head width (MLATransformerConfig)
+        elif key == "mtp_num_layers":
+            out.append(("mtp_num_layers", m["mtp_num_layers"] or None))  # Bridge's providers say None for none
+        else:
+            out.append((key, m[key]))
+    if {"num_layers", "first_k_dense"} & set(fields):
+        # Which layers are MoE: Megatron-Core asserts the list has one entry per layer (gpt_layer_specs.py)
+        k = int(m.get("first_k_dense") or 0)
+        out.append(("moe_layer_freq", 1 if k == 0 else [0] * k + [1] * (m["num_layers"] - k)))
+    follows = set(resized.get("derived", ()))
+    return [{"field": f, "value": v, "comment": "model: follows num_attention_heads: MLA has no key/value groups "
+             "(MDL003)" if f in follows else why} for f, v in out]
+
+
 def _kwargs(plan: Plan, fields: tuple[str, ...], keep: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Keyword arguments with their reasons: the fields that are set, plus ``keep`` always."""
     return [_assign(plan, f) for f in fields if f in plan.settings and (f in keep or plan[f] is not None)]
@@ -289,7 +318,8 @@ def context(plan: Plan, source: str) -> dict[str, Any]:
     recipe = bridge.get("recipe")
     te = plan["te_version"] is not None
     flex = plan["moe_token_dispatcher_type"] == "flex"
-    model_assignments = [_assign(plan, f) for f in MODEL_FIELDS if not (flex and f in (
+    model_assignments = _resized(plan) if recipe else []
+    model_assignments += [_assign(plan, f) for f in MODEL_FIELDS if not (flex and f in (
         "moe_token_dispatcher_type", "moe_flex_dispatcher_backend"))]
     model_assignments.insert(0, {"field": "seq_length", "value": plan["seq_length"], "comment": "training.seq_length"})
     if flex and plan["moe_flex_dispatcher_backend"] == "ncclep":  # Megatron-Core builds no NCCL EP dispatcher without it

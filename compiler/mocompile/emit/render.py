@@ -175,7 +175,7 @@ def lock(plan: Plan) -> dict[str, Any]:
     return {
         "name": plan.name,
         "goal": plan.goal,
-        "model": {k: plan.model[k] for k in ("id", "display", "hf_id") if k in plan.model},
+        "model": {k: plan.model[k] for k in ("id", "display", "hf_id", "resized") if k in plan.model},
         "hardware": {"gpu": plan.hardware["id"], "nodes": plan.hardware["nodes"],
                      "gpus_per_node": plan.hardware["gpus_per_node"], "world_size": plan.hardware["world_size"],
                      **({"cluster": plan.hardware["cluster"]} if plan.hardware.get("cluster") else {})},

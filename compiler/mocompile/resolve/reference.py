@@ -33,7 +33,7 @@ from mocompile.steptime import Candidate
 
 # Catalogue keys that describe where numbers came from or how Bridge names a model, not its architecture.
 _NOT_SHAPE = frozenset({"id", "display", "hf_id", "bridge", "sources", "unverified", "params_b", "active_params_b",
-                        "shared_expert_overlap_default"})
+                        "shared_expert_overlap_default", "resized", "vendored_config"})
 # How far (sum of |log ratio| of total and active parameters, layers, width and experts) another architecture's
 # recipe may be and still serve as the reference: the nearest catalogue families lie 0.96 (DeepSeek-V3 /
 # Kimi-K2) to 2.0 apart; beyond that a tuned recipe says little about this setting and the defaults serve.

@@ -1,0 +1,166 @@
+"""A catalogue model at another size is the same architecture, in the plan and in train.py.
+
+`model: {base: deepseek-v3, num_layers: 24}` used to become a custom model built by Bridge's generic
+GPTModelProvider: standard attention where DeepSeek-V3 has MLA, an aux-loss router where it has sigmoid
+scores with expert bias and 8 router groups, no attention sinks for GPT-OSS. The plan was costed for MLA;
+train.py trained something else. Now:
+
+- a base whose architecture the generic provider cannot build (MLA, hybrid attention, sinks/windows),
+  changed only in its numbers (catalogue.RESIZABLE), keeps Bridge's recipe; train.py sets the numbers on
+  its provider (the stack test builds them with the real Bridge: tests/stack/test_generated_recipes.py);
+- a base the generic provider can build (Qwen3-MoE) stays a custom model: nothing to fetch from the hub;
+- anything else that asks the generic provider for what it lacks is refused (MDL001), as is an expert
+  count that group-limited routing cannot split (MDL002).
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import run_cli
+from mocompile.catalogue import resolve_model
+from mocompile.emit.python_recipe import _resized
+from mocompile.errors import InputError
+from mocompile.ir import Document, Position
+from mocompile.pipeline import compile_recipe
+
+
+def _doc() -> Document:
+    return Document({}, {(): Position("r.yaml", 1, 1), ("model",): Position("r.yaml", 2, 1),
+                         ("model", "num_moe_experts"): Position("r.yaml", 2, 40),
+                         ("model", "attention"): Position("r.yaml", 2, 30)}, ["r.yaml"])
+
+
+def _model(spec: dict) -> dict:
+    return resolve_model({"model": spec}, _doc())
+
+
+def _refusal(spec: dict):
+    with pytest.raises(InputError) as exc:
+        _model(spec)
+    (d,) = exc.value.diagnostics
+    return d
+
+
+@pytest.mark.parametrize("base", ["deepseek-v3", "kimi-k2", "moonlight-16b-a3b", "gpt-oss-120b", "qwen3-next-80b-a3b"])
+def test_a_family_the_generic_provider_cannot_build_keeps_its_recipe_when_only_numbers_change(base):
+    m = _model({"base": base, "num_layers": 8})
+    assert m["bridge"]["recipe"], "Bridge's recipe for the base builds the provider"
+    assert m["resized"] == {"from": base, "fields": {"num_layers": 8}} and m["num_layers"] == 8
+    assert m["hf_id"], "the recipe reads the base's HF config"
+    assert m["display"].endswith("resized (num_layers 8)")
+
+
+def test_a_family_the_generic_provider_builds_stays_a_custom_model_with_nothing_to_fetch():
+    m = _model({"base": "qwen3-30b-a3b", "num_layers": 12})
+    assert m["bridge"]["recipe"] is None and m["hf_id"] is None and "resized" not in m
+
+
+def test_restating_the_base_numbers_changes_nothing():
+    m = _model({"base": "deepseek-v3", "num_layers": 61, "display": "mine"})
+    assert "resized" not in m and m["bridge"]["recipe"] == "deepseek_v3_pretrain_config"
+
+
+def test_changing_an_architecture_flag_of_an_mla_model_is_refused_not_built_as_standard_attention():
+    d = _refusal({"base": "deepseek-v3", "add_bias_linear": True, "num_layers": 8})
+    assert d.rule == "MDL001" and "attention `mla`" in d.message
+    assert "(changing `add_bias_linear` leaves deepseek-v3's recipe)" in d.message
+    d = _refusal({"base": "gpt-oss-120b", "add_bias_linear": False})
+    assert d.rule == "MDL001" and "`softmax_sinks`" in d.message and "`sliding_window`" in d.message
+    assert "change only the numbers Bridge's gpt-oss-120b recipe takes" in d.hint
+
+
+def test_asking_for_standard_attention_is_a_custom_model_the_generic_provider_builds():
+    m = _model({"base": "deepseek-v3", "attention": "gqa"})  # a deliberate architecture change
+    assert m["bridge"]["recipe"] is None and m["attention"] == "gqa"
+
+
+def test_a_mapping_without_base_cannot_ask_for_mla():
+    d = _refusal({"num_layers": 4, "hidden_size": 1024, "num_attention_heads": 8, "num_moe_experts": 8,
+                  "moe_router_topk": 2, "moe_ffn_hidden_size": 512, "vocab_size": 1000, "attention": "mla"})
+    assert d.rule == "MDL001" and "attention `mla`" in d.message
+    assert (d.position.line, d.position.column) == (2, 30)  # at the key that asked for it
+    assert "start from a catalogue model" in d.hint
+
+
+@pytest.mark.parametrize("experts,ok", [(120, True), (124, False), (127, False), (128, True), (8, True)])
+def test_deepseek_v3s_router_groups_must_divide_the_experts(experts, ok):
+    """Megatron-Core's TransformerConfig: num_moe_experts % moe_router_num_groups == 0 (8 groups)."""
+    spec = {"base": "deepseek-v3", "num_moe_experts": experts}
+    if ok:
+        assert _model(spec)["num_moe_experts"] == experts
+    else:
+        d = _refusal(spec)
+        assert d.rule == "MDL002" and f"{experts} experts do not divide into deepseek-v3's 8 router groups" in d.message
+        assert (d.position.line, d.position.column) == (2, 40)
+
+
+def test_mla_query_groups_follow_resized_heads():
+    """Megatron-Core's MLASelfAttention gives num_query_groups to TE's DotProductAttention as GQA groups, which asserts
+    heads % groups == 0 at model build: DeepSeek-V3 resized to 8 heads kept 128 groups and failed on a GPU."""
+    m = _model({"base": "deepseek-v3", "num_attention_heads": 8})
+    assert (m["num_attention_heads"], m["num_query_groups"]) == (8, 8)
+    assert m["resized"]["fields"] == {"num_attention_heads": 8, "num_query_groups": 8}
+    assert m["resized"]["derived"] == ["num_query_groups"]
+    assert _model({"base": "kimi-k2", "num_attention_heads": 16, "num_query_groups": 16})["num_query_groups"] == 16
+    assert _model({"base": "deepseek-v3", "num_layers": 8})["num_query_groups"] == 128  # heads unchanged: as is
+
+
+@pytest.mark.parametrize("groups", [1, 4, 16])
+def test_mla_query_groups_other_than_the_heads_are_refused(groups):
+    d = _refusal({"base": "moonlight-16b-a3b", "num_attention_heads": 8, "num_query_groups": groups})
+    assert d.rule == "MDL003" and f"num_query_groups must equal num_attention_heads (8), not {groups}" in d.message
+
+
+def test_a_gqa_family_keeps_its_own_groups_when_heads_change():
+    m = _model({"base": "gpt-oss-120b", "num_attention_heads": 32})
+    assert m["num_query_groups"] == 8 and m["resized"]["fields"] == {"num_attention_heads": 32}
+
+
+def test_a_single_group_router_takes_any_expert_count():
+    assert _model({"base": "kimi-k2", "num_moe_experts": 300})["num_moe_experts"] == 300
+
+
+def test_the_provider_gets_each_number_under_its_own_field_name():
+    class P:  # the part of Plan _resized reads
+        model = _model({"base": "deepseek-v3", "num_layers": 10, "first_k_dense": 2, "kv_channels": 64,
+                        "shared_expert_size": 0, "mtp_num_layers": 0, "num_moe_experts": 64})
+    got = {a["field"]: a["value"] for a in _resized(P)}  # type: ignore[arg-type]
+    assert got == {
+        "num_layers": 10, "num_moe_experts": 64,
+        "v_head_dim": 64,                                # MLA: kv_channels is the value head width
+        "moe_shared_expert_intermediate_size": None,     # no shared expert: Bridge's None, not 0
+        "mtp_num_layers": None,                          # no MTP: Bridge's providers say None
+        "moe_layer_freq": [0, 0] + [1] * 8,              # one entry per layer, the dense prefix first
+    }
+    assert all("deepseek-v3 resized" in a["comment"] for a in _resized(P))  # type: ignore[arg-type]
+
+    class Q:
+        model = _model({"base": "deepseek-v3", "num_attention_heads": 8})
+    comments = {a["field"]: a["comment"] for a in _resized(Q)}  # type: ignore[arg-type]
+    assert comments["num_query_groups"] == "model: follows num_attention_heads: MLA has no key/value groups (MDL003)"
+    assert "the intent's number" in comments["num_attention_heads"]
+
+
+def test_train_py_runs_the_base_recipe_then_sets_the_numbers(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("")
+    r = tmp_path / "r.yaml"
+    r.write_text("schema: 1\nmodel: {base: deepseek-v3, num_layers: 16}\nhardware: {gpu: h100, nodes: 16}\n"
+                 "goal: throughput\ntraining: {global_batch_size: 1024}\n")
+    out = compile_recipe(str(r))
+    assert not out.errors
+    train = out.files["train.py"]
+    assert "cfg = deepseek_v3_pretrain_config()" in train and "GPTModelProvider(" not in train
+    assert "    model.num_layers = 16  # model: deepseek-v3 resized" in train
+    assert "'num_layers': 16" in train  # in PLANNED: check_plan stops a run whose provider lost it
+
+
+def test_the_cli_refuses_an_unbuildable_custom_model_with_exit_2(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("")
+    r = tmp_path / "r.yaml"
+    r.write_text("schema: 1\nmodel: {base: moonlight-16b-a3b, qk_layernorm: false}\nhardware: {gpu: h100, nodes: 1}\n"
+                 "goal: throughput\n")
+    proc = run_cli("compile", str(r), cwd=tmp_path)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in text
+    assert "r.yaml:2:" in text and "[MDL001]" in text and "attention `mla`" in text
+    assert not (tmp_path / "generated").exists()
