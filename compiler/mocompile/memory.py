@@ -330,7 +330,7 @@ class Estimator:
         self._chunks: dict[tuple[int, int], tuple[tuple[tuple[float, ...], ...], tuple[tuple[float, ...], ...]]] = {}
         self._weights: dict[tuple[int, ...], tuple[Any, ...]] = {}
         self._ranks: dict[tuple[Any, ...], tuple[Any, ...]] = {}   # _weights_of's per-rank weighing
-        self._sums: dict[tuple[int, int], tuple[tuple[float, float], ...]] = {}
+        self._sums: dict[tuple[int, int], tuple[tuple[float, float, int], ...]] = {}
         self._acts: dict[tuple[Any, ...], tuple[float, ...]] = {}
         self._flight: dict[tuple[Any, ...], tuple[tuple[Any, ...], ...]] = {}
         self._per_token: dict[tuple[Any, ...], float] = {}
@@ -375,13 +375,15 @@ class Estimator:
         self._chunks[key] = hit
         return hit
 
-    def _rank_sums(self, pp: int, vpp: int) -> tuple[tuple[float, float], ...]:
-        """Per pipeline rank: (its layers, its dense layers) by the layout."""
+    def _rank_sums(self, pp: int, vpp: int) -> tuple[tuple[float, float, int], ...]:
+        """Per pipeline rank: (its layers, its dense layers, its MTP layers) by the layout. Megatron-Core builds the
+        multi-token-prediction block on the last pipeline stage (``mtp_on_this_rank``, models/gpt/gpt_model.py)."""
         key = (pp, vpp)
         hit = self._sums.get(key)
         if hit is None:
             ranks, dense = self.stage_chunks(pp, vpp)
-            hit = self._sums[key] = tuple((sum(ranks[r]), sum(dense[r])) for r in range(pp))
+            hit = self._sums[key] = tuple((sum(ranks[r]), sum(dense[r]), self.mtp if r == pp - 1 else 0)
+                                          for r in range(pp))
         return hit
 
     def _weights_of(self, tp: int, pp: int, cp: int, ep: int, etp: int, vpp: int = 1) -> tuple[Any, ...]:
@@ -407,21 +409,25 @@ class Estimator:
         # what exists only while Adam steps, per parameter of the optimizer shard (optimizer_state.step_bytes)
         step_per = step_bytes(st, off, fp8m, main_grad_copies=grad == 2) if opt != "muon" else 0.0
 
-        def weigh(layers_rank: float, dense_here: float) -> tuple[Any, ...]:
+        def weigh(layers_rank: float, dense_here: float, mtp_here: int = 0) -> tuple[Any, ...]:
             """Weights, gradients and optimizer state of a pipeline rank with ``layers_rank`` layers, ``dense_here``
-            of them dense: the same for every rank, layout and virtual-stage count that give it those."""
-            rank_key = (tp, pp, cp, ep, etp, layers_rank, dense_here)
+            of them dense, ``mtp_here`` MTP layers: the same for every rank, layout and virtual-stage count that give
+            it those."""
+            rank_key = (tp, pp, cp, ep, etp, layers_rank, dense_here, mtp_here)
             done = self._ranks.get(rank_key)
             if done is None:
-                done = self._ranks[rank_key] = weigh_layers(layers_rank, dense_here)
+                done = self._ranks[rank_key] = weigh_layers(layers_rank, dense_here, mtp_here)
             return done
 
-        def weigh_layers(layers_rank: float, dense_here: float) -> tuple[Any, ...]:
-            # its dense layers carry the dense MLP, its MoE layers the router, shared expert and experts
-            moe_share = (layers_rank - dense_here) / max(1, m["num_layers"] - n_dense)
-            share = layers_rank / m["num_layers"]
+        def weigh_layers(layers_rank: float, dense_here: float, mtp_here: int) -> tuple[Any, ...]:
+            # its dense layers carry the dense MLP, its MoE layers the router, shared expert and experts; an MTP layer
+            # (transformer/multi_token_prediction.py MultiTokenPredictionLayer) is a MoE layer plus eh_proj, which
+            # projects [embedding; hidden] (2h) to h, and on a pipeline the MTP stage builds its own embedding
+            moe_share = (layers_rank - dense_here + mtp_here) / max(1, m["num_layers"] - n_dense)
+            share = (layers_rank + mtp_here) / m["num_layers"]
+            mtp_own = mtp_here * 2 * m["hidden_size"] ** 2 / tp + (p["embedding"] / 2 / tp if mtp_here and pp > 1 else 0.0)
             dense = (p["attention"] * share + p["dense_mlp"] * (dense_here / n_dense if n_dense else 0.0)
-                     + p["shared"] * moe_share) / tp + p["router"] * moe_share + emb
+                     + p["shared"] * moe_share) / tp + p["router"] * moe_share + emb + mtp_own
             experts = p["experts"] * moe_share / (ep * etp)
             held_dense = held_expert = 2 + grad  # bf16 weight + gradient buffer, whole on every DP rank
             gathered = 0.0
@@ -553,12 +559,19 @@ class Estimator:
         per_dense, per_moe = (0.0, 0.0) if mixed else (per_layer_of("dense"), per_layer_of("moe"))
         best: tuple[float, ...] | None = None   # (acts + logits, acts, in_flight, rank) of the most-loaded rank
         remat = self._bytes_per_token((), False) * tokens if full else 0.0  # one layer is rematerialised at a time
+        mtp = self.mtp
+        per_mtp = (per_moe or per_layer_of("moe")) if mtp else 0.0
         for r, lm, ld, layers, last in self._in_flight(pp, vpp, m_total, overlap):
             # a dense layer priced as itself: with `mlp` recomputed it keeps a tenth of a MoE layer's activations
             acts_r = per_mix * lm if mixed else per_dense * ld + per_moe * (lm - ld)
             if full:
                 acts_r += remat
             logits_r = logits_full if last else 0.0
+            if last and mtp:
+                # the MTP layers run after the last stage's layers, for the micro-batches in flight there, and each
+                # computes its own logits and loss through the output layer (MultiTokenPredictionBlock)
+                acts_r += per_mtp * mtp * lm / max(1.0, layers)
+                logits_r *= 1 + mtp
             if best is None or acts_r + logits_r > best[0] + 1e-6:
                 best = (acts_r + logits_r, acts_r, lm / max(1.0, layers), r)
                 logits = logits_r
@@ -588,7 +601,7 @@ class Estimator:
         sums = self._rank_sums(pp, vpp)
         rows = []
         for r in (range(pp) if self.stage is None else (min(self.stage, pp - 1),)):
-            layers, dense_layers = sums[r]
+            layers, dense_layers, _ = sums[r]
             last = r == pp - 1
             if pp == 1 or (vpp == 1 and last):
                 mbs: float = 1 + (OVERLAP_EXTRA if overlap else 0.0)
