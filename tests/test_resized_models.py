@@ -164,3 +164,28 @@ def test_the_cli_refuses_an_unbuildable_custom_model_with_exit_2(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in text
     assert "r.yaml:2:" in text and "[MDL001]" in text and "attention `mla`" in text
     assert not (tmp_path / "generated").exists()
+
+
+def test_a_vendored_config_is_the_bases_and_is_checked_against_the_base(tmp_path):
+    """The recipe reads the base's config.json, then train.py sets the resized numbers: the file must describe the
+    base (HFC002 against the base's numbers, not the resized ones)."""
+    import json
+
+    from conftest import ROOT
+
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "hf").mkdir()
+    config = json.loads((ROOT / "benchmarks" / "data" / "hf" / "deepseek-v3" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    r = tmp_path / "r.yaml"
+    r.write_text("schema: 1\nmodel: {base: deepseek-v3, num_layers: 8}\nmodel_config: hf\n"
+                 "hardware: {gpu: h100, nodes: 8}\ngoal: throughput\n")
+    out = compile_recipe(str(r))
+    assert not out.errors, [(d.rule, d.message) for d in out.errors]
+    lock = json.loads(out.files["mocompile.lock.json"])
+    assert lock["model_config"]["matched"]["num_layers"] == 61 and lock["model"]["resized"]["fields"] == {"num_layers": 8}
+    config["num_hidden_layers"] = 8  # a config of the resized numbers is not the base's: the recipe would build that
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(InputError) as exc:
+        compile_recipe(str(r))
+    assert exc.value.diagnostics[0].rule == "HFC002"
