@@ -175,7 +175,7 @@ def test_a_vendored_config_is_the_bases_and_is_checked_against_the_base(tmp_path
 
     (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "hf").mkdir()
-    config = json.loads((ROOT / "benchmarks" / "data" / "hf" / "deepseek-v3" / "config.json").read_text())
+    config = json.loads((ROOT / "recipes" / "bench" / "hf" / "deepseek-v3" / "config.json").read_text())
     (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
     r = tmp_path / "r.yaml"
     r.write_text("schema: 1\nmodel: {base: deepseek-v3, num_layers: 8}\nmodel_config: hf\n"

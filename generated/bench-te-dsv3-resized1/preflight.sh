@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-dsv3-resized1.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:be7c6a5d17ccdf79 input sha256:46b702ad96c7afab
+# mocompile: checksum sha256:be7c6a5d17ccdf79 input sha256:cdf18311455f6287
 # bench-te-dsv3-resized1: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan

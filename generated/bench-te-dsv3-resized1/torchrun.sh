@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-dsv3-resized1.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:81b82902ea56ddc9 input sha256:46b702ad96c7afab
+# mocompile: checksum sha256:81b82902ea56ddc9 input sha256:cdf18311455f6287
 # bench-te-dsv3-resized1: torchrun launcher for 1 GPUs (1 node(s) x 1).
 # Run it on every node. Multi-node: set NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT.
 # MOCOMPILE_DRY_RUN=1 runs the preflight, prints the command and environment, and exits 0.

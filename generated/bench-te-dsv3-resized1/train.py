@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-dsv3-resized1.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:84ef3eafcdcf1594 input sha256:46b702ad96c7afab
+# mocompile: checksum sha256:84ef3eafcdcf1594 input sha256:cdf18311455f6287
 """bench-te-dsv3-resized1: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 DeepSeek-V3 (671B-A37B) resized (ffn_hidden_size 2816, first_k_dense 1, hidden_size 1024, moe_ffn_hidden_size 512, num_attention_heads 8, num_layers 4, num_moe_experts 16, num_query_groups 8, shared_expert_size 512, vocab_size 32000) on 1x NVIDIA H100 80GB HBM3, goal throughput.

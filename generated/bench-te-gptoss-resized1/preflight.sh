@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-gptoss-resized1.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:43409fdf8c57f267 input sha256:7506787f731af032
+# mocompile: checksum sha256:43409fdf8c57f267 input sha256:e0b9633be70bd2b4
 # bench-te-gptoss-resized1: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan

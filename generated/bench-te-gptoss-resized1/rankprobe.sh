@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-gptoss-resized1.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:e501d3b01071c95e input sha256:7506787f731af032
+# mocompile: checksum sha256:e501d3b01071c95e input sha256:e0b9633be70bd2b4
 # bench-te-gptoss-resized1: rank probe for this 1-GPU plan on ONE GPU (issue 23; `mocompile rankprobe` runs it).
 # One process impersonates one rank of the full job under torch's fake process group (collectives skipped):
 # it builds that rank's real model shard and optimizer state and runs real forward/backward passes, then writes

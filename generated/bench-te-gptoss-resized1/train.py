@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-gptoss-resized1.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:7ceeec1b14da6cd3 input sha256:7506787f731af032
+# mocompile: checksum sha256:7ceeec1b14da6cd3 input sha256:e0b9633be70bd2b4
 """bench-te-gptoss-resized1: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 GPT-OSS-120B resized (num_layers 4, num_moe_experts 16, vocab_size 32000) on 1x NVIDIA H100 80GB HBM3, goal throughput.
