@@ -552,7 +552,7 @@ def test_pinning_auto_s_recompute_rung_or_graph_scope_returns_the_same_plan(tmp_
 # Where the decisions after the search (Megatron-FSDP's trial) moved under a pin of auto's own value: the FSDP trial
 # tests one plan, the pinned space's winner, which auto's own trial had not met (decide._decide decides as auto first).
 @pytest.mark.parametrize("model,gpu,nodes,pin", [
-    ("glm-4.5-air", "h100", 32, "recompute: {granularity: selective, modules: [layernorm, moe_act, core_attn, mlp]}\n"),
+    ("glm-4.5-air", "h100", 32, "recompute: {granularity: none}\n"),  # auto's rung since MTP is in the memory estimate
     ("qwen3-235b-a22b", "h100", 8, "parallelism: {vpp: 1}\n"),
     ("qwen3-235b-a22b", "h100", 8, "parallelism: {ep: 8}\n")])
 def test_a_pin_of_auto_s_value_does_not_move_the_fsdp_decision(tmp_path, model, gpu, nodes, pin):
@@ -561,6 +561,11 @@ def test_a_pin_of_auto_s_value_does_not_move_the_fsdp_decision(tmp_path, model, 
             "training: {seq_length: 4096, micro_batch_size: auto, global_batch_size: 1024}\n")
     auto = analyse_text(tmp_path, base, every)
     assert pin.split(":")[0] in ("recompute", "parallelism")
+    # the premise: the pin is auto's own value (a model change that moves auto's plan must move the pin too)
+    own = {"recompute: {granularity: none}\n": auto["recompute_granularity"] is None,
+           "parallelism: {vpp: 1}\n": (auto["virtual_pipeline_model_parallel_size"] or 1) == 1,
+           "parallelism: {ep: 8}\n": auto["expert_model_parallel_size"] == 8}
+    assert own[pin], f"{pin!r} is no longer auto's own value"
     pinned = analyse_text(tmp_path, base + pin, every)
     assert pinned.planner["chosen"]["plan"] == auto.planner["chosen"]["plan"]
     assert pinned["use_megatron_fsdp"] == auto["use_megatron_fsdp"] is False
