@@ -76,14 +76,13 @@ def _explain(path: Path, *sets: str) -> dict:
 
 
 def test_nvidias_fsdp_recipe_shape_gets_fsdp_with_every_knob_auto():
-    """deepseek_v3_pretrain_64gpu_gb300_bf16_fsdp_config's batch on 64 GB300s: without FSDP only TP 4 fits; with
-    FSDP the guidance's default (least model parallelism) takes FSDP and says both step times. Every knob auto
-    (activations stay on the GPU), DeepSeek-V3's MTP layer, its own logits and loss on the single stage leave
-    TP 2 the least that fits."""
+    """deepseek_v3_pretrain_64gpu_gb300_bf16_fsdp_config's batch on 64 GB300s: without FSDP only TP 4 fits; FSDP
+    fits TP 1 PP 1 EP 64 (NVIDIA's layout, its MTP layer counted) and is not slower, so the guidance's default
+    (least model parallelism) takes it, and says both step times."""
     s = _explain(FSDP_RECIPE)["settings"]
     assert s["use_megatron_fsdp"]["value"] is True and s["use_megatron_fsdp"]["source"] == "goal"
     assert (s["tensor_model_parallel_size"]["value"], s["pipeline_model_parallel_size"]["value"],
-            s["expert_model_parallel_size"]["value"]) == (2, 1, 64)
+            s["expert_model_parallel_size"]["value"]) == (1, 1, 64)
     reason = s["use_megatron_fsdp"]["reason"]
     assert "TP4 PP1 EP64" in reason and "less model parallelism" in reason and "s/step" in reason
     assert s["ckpt_format"]["value"] == "fsdp_dtensor"
@@ -91,7 +90,7 @@ def test_nvidias_fsdp_recipe_shape_gets_fsdp_with_every_knob_auto():
 
 def test_with_nvidias_activation_offload_fsdp_fits_nvidias_layout():
     """The recipe also offloads core_attn and attn_proj activations (perf_recipes/deepseek/common.py
-    _apply_deepseek_v3_64gpu_gb300_fsdp_configs): with that pinned, TP 1 PP 1 EP 64 fits (NVIDIA's layout)."""
+    _apply_deepseek_v3_64gpu_gb300_fsdp_configs): with that pinned too, the plan keeps NVIDIA's layout."""
     s = _explain(FSDP_RECIPE, "recompute.offload_modules=[core_attn, attn_proj]")["settings"]
     assert s["use_megatron_fsdp"]["value"] is True
     assert (s["tensor_model_parallel_size"]["value"], s["pipeline_model_parallel_size"]["value"],

@@ -276,6 +276,15 @@ def estimate(m: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
     return Estimator(m, c).of(c)
 
 
+# Activations one MTP layer keeps, in MoE layers' worth: its transformer layer, plus what the block keeps beside it
+# (the embedded shifted tokens and the main model's hidden states it normalises and concatenates, eh_proj's 2h input,
+# its final norm and the output layer's input). Measured on 1x H200 with a resized DeepSeek-V3 (4 layers, hidden 1024,
+# 2 x 2048 tokens per micro-batch; benchmarks/results/resized-h200-2026-11-29): MTP 1 minus MTP 0 is +0.80 GiB of peak
+# allocated at vocabulary 32000 and at 129280 alike, of which 0.33 GiB are the layer's weights and optimizer state
+# and 0.47 GiB activations, two MoE layers' 0.24 GiB each. Its logits leave the peak unchanged.
+MTP_ACTIVATION_LAYERS = 2.0
+
+
 def _allocated(weights: float, acts: float, logits: float, graphs: float, unfused_wgrad: float,
                step: float) -> tuple[float, float]:
     """The allocator's peak and its optimizer-step part: the step's temporaries (``step``) count where they top
@@ -568,10 +577,10 @@ class Estimator:
                 acts_r += remat
             logits_r = logits_full if last else 0.0
             if last and mtp:
-                # the MTP layers run after the last stage's layers, for the micro-batches in flight there, and each
-                # computes its own logits and loss through the output layer (MultiTokenPredictionBlock)
-                acts_r += per_mtp * mtp * lm / max(1.0, layers)
-                logits_r *= 1 + mtp
+                # the MTP layers run after the last stage's layers, for the micro-batches in flight there
+                # (MultiTokenPredictionBlock): each keeps what MTP_ACTIVATION_LAYERS MoE layers keep, and its own logits
+                # add nothing to the peak (measured: the same +0.80 GiB at vocabularies 32000 and 129280)
+                acts_r += MTP_ACTIVATION_LAYERS * per_mtp * mtp * lm / max(1.0, layers)
             if best is None or acts_r + logits_r > best[0] + 1e-6:
                 best = (acts_r + logits_r, acts_r, lm / max(1.0, layers), r)
                 logits = logits_r

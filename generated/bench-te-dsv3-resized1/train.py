@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-dsv3-resized1.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:84ef3eafcdcf1594 input sha256:cdf18311455f6287
+# mocompile: checksum sha256:5f2d97c2190c28f6 input sha256:cdf18311455f6287
 """bench-te-dsv3-resized1: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 DeepSeek-V3 (671B-A37B) resized (ffn_hidden_size 2816, first_k_dense 1, hidden_size 1024, moe_ffn_hidden_size 512, num_attention_heads 8, num_layers 4, num_moe_experts 16, num_query_groups 8, shared_expert_size 512, vocab_size 32000) on 1x NVIDIA H100 80GB HBM3, goal throughput.
@@ -44,7 +44,7 @@ ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '8', 'NCCL_NVLS_ENABLE': '0', 'PYTHON
 
 # MOCOMPILE_RANK_PROBE (rankprobe.sh, `mocompile rankprobe`): the rank this plan's memory estimate calls most loaded,
 # what the probe runs instead of what a fake process group cannot run, and the estimates it is compared with.
-RANK_PROBE = {'world_size': 1, 'rank': 0, 'stage': 0, 'stages': 1, 'rank_why': 'no pipeline: every rank holds the whole stack, the embedding, the output layer and the loss', 'iterations': 6, 'microbatches': {'plan': 4, 'probe': 2}, 'global_batch_size': 4, 'model': {}, 'substitutions': [{'field': 'global_batch_size', 'plan': 8, 'probe': 4, 'rule': 'PRB004', 'why': "2 of the plan's 4 micro-batches per iteration (the pipeline's warm-up, and so the peak, is the plan's); compute times are scaled by 4/2 to compare with the step-time model"}], 'estimate': {'plan': {'estimate_gib': 5.09, 'total_gib': 5.59, 'weights_and_optimizer_gib': 2.02, 'activations_gib': 1.09, 'logits_gib': 1.86, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.12, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 216.4, 'in_flight_microbatches': 1.0}, 'probe': {'estimate_gib': 5.09, 'total_gib': 5.59, 'weights_and_optimizer_gib': 2.02, 'activations_gib': 1.09, 'logits_gib': 1.86, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.12, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 216.4, 'in_flight_microbatches': 1.0}, 'probe_by_stage_gib': [5.09], 'difference_gib': {'allocated': 0.0, 'total': 0.0}}, 'model_compute_s': {'plan': 0.06, 'probe': 0.03}}
+RANK_PROBE = {'world_size': 1, 'rank': 0, 'stage': 0, 'stages': 1, 'rank_why': 'no pipeline: every rank holds the whole stack, the embedding, the output layer and the loss', 'iterations': 6, 'microbatches': {'plan': 4, 'probe': 2}, 'global_batch_size': 4, 'model': {}, 'substitutions': [{'field': 'global_batch_size', 'plan': 8, 'probe': 4, 'rule': 'PRB004', 'why': "2 of the plan's 4 micro-batches per iteration (the pipeline's warm-up, and so the peak, is the plan's); compute times are scaled by 4/2 to compare with the step-time model"}], 'estimate': {'plan': {'estimate_gib': 4.84, 'total_gib': 5.34, 'weights_and_optimizer_gib': 2.02, 'activations_gib': 1.34, 'logits_gib': 0.93, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.12, 'optimizer_step_gib': 0.44, 'params_per_gpu_m': 216.4, 'in_flight_microbatches': 1.0}, 'probe': {'estimate_gib': 4.84, 'total_gib': 5.34, 'weights_and_optimizer_gib': 2.02, 'activations_gib': 1.34, 'logits_gib': 0.93, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.12, 'optimizer_step_gib': 0.44, 'params_per_gpu_m': 216.4, 'in_flight_microbatches': 1.0}, 'probe_by_stage_gib': [4.84], 'difference_gib': {'allocated': 0.0, 'total': 0.0}}, 'model_compute_s': {'plan': 0.06, 'probe': 0.03}}
 
 
 # The model's Hugging Face config travels with this recipe (model_config): Bridge's recipe reads the copy beside
@@ -160,7 +160,7 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_intermediate_size = 512  # model: deepseek-v3 resized (the intent's number; the recipe built deepseek-v3's)
     model.vocab_size = 32000  # model: deepseek-v3 resized (the intent's number; the recipe built deepseek-v3's)
     model.moe_layer_freq = [0, 1, 1, 1]  # model: deepseek-v3 resized (the intent's number; the recipe built deepseek-v3's)
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.13 s/step, 132 TFLOPS/GPU, 5.6 GiB (of 19 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.134 s/step: the fastest plan found (TP1 PP1 EP1, alltoall, overlap off, recompute none, graphs te_rp) is predicted 0.131 s/step, 2.2% faster, inside the model's 16% error for a plan 1 knob away
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.13 s/step, 132 TFLOPS/GPU, 5.3 GiB (of 19 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.134 s/step: the fastest plan found (TP1 PP1 EP1, alltoall, overlap off, recompute none, graphs te_rp) is predicted 0.131 s/step, 2.2% faster, inside the model's 16% error for a plan 1 knob away
     model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.13 s/step; see tensor_model_parallel_size)
     model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.13 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
@@ -174,10 +174,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = True  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = True  # user: pinned in the recipe
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = None  # goal: lightest recompute that fits: 5.6 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 5.6 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 5.6 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 5.6 GiB <= 74 GiB usable
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 5.3 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 5.3 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 5.3 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 5.3 GiB <= 74 GiB usable
     model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (0.13 s/step; see tensor_model_parallel_size)
     model.cuda_graph_modules = []  # goal: part of the chosen plan (0.13 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs

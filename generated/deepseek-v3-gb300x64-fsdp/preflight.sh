@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-gb300x64-fsdp.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:ace9bef4fdccb2c5 input sha256:520a3e0a02c42807
+# mocompile: checksum sha256:ace9bef4fdccb2c5 input sha256:61254ffce7f63ff1
 # deepseek-v3-gb300x64-fsdp: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan

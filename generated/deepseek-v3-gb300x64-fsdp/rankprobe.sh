@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-gb300x64-fsdp.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:a26e2a92ccc0b2fc input sha256:520a3e0a02c42807
+# mocompile: checksum sha256:a26e2a92ccc0b2fc input sha256:61254ffce7f63ff1
 # deepseek-v3-gb300x64-fsdp: rank probe for this 64-GPU plan on ONE GPU (issue 23; `mocompile rankprobe` runs it).
 # One process impersonates one rank of the full job under torch's fake process group (collectives skipped):
 # it builds that rank's real model shard and optimizer state and runs real forward/backward passes, then writes

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-gb300x64-fsdp.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:8efe42e0006359a0 input sha256:520a3e0a02c42807
+# mocompile: checksum sha256:8efe42e0006359a0 input sha256:61254ffce7f63ff1
 # deepseek-v3-gb300x64-fsdp: torchrun launcher for 64 GPUs (16 node(s) x 4).
 # Run it on every node. Multi-node: set NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT.
 # MOCOMPILE_DRY_RUN=1 runs the preflight, prints the command and environment, and exits 0.
