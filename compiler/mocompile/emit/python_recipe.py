@@ -283,8 +283,10 @@ def config_fields(plan: Plan) -> dict[str, str]:
         return {}
     out = {f"{o['section']}.{o['field']}": o["setting"] for o in recipe_overrides(plan)}
     ctx = context(plan, "")
+    resized = {a["field"] for a in _resized(plan)}  # the lock's model.resized explains these
     for a in ctx["model_assignments"]:
-        out[f"model.{a['field']}"] = a["field"] if a["field"] in plan.settings else ALIASES.get(a["field"], a["field"])
+        out[f"model.{a['field']}"] = "model.resized" if a["field"] in resized else \
+            a["field"] if a["field"] in plan.settings else ALIASES.get(a["field"], a["field"])
     for name, setting in (("moe_token_dispatcher_type", "moe_token_dispatcher_type"),
                           ("moe_flex_dispatcher_backend", "moe_flex_dispatcher_backend"),
                           ("moe_shared_expert_overlap", "moe_shared_expert_overlap")):
