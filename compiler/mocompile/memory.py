@@ -285,6 +285,20 @@ def estimate(m: dict[str, Any], c: dict[str, Any]) -> dict[str, Any]:
 MTP_ACTIVATION_LAYERS = 2.0
 
 
+@functools.lru_cache(maxsize=4096)
+def _stage_chunks(layout: str | None, pp: int, vpp: int, n: int, mtp: int, dense: int) -> tuple[Any, Any]:
+    """``Estimator.stage_chunks`` for a layout and model depth, shared by every estimator of a process: the search
+    for the smallest GPU count that fits builds one estimator per GPU count and lever, with the same layouts."""
+    legal = layout is not None and pp > 1 and layouts.layout_error(layout, pp, vpp, n, mtp) is None
+    text = layout if legal else layouts.default(pp, vpp, n, mtp)
+    counts = [float(st.count("t")) for st in layouts.expand(text)] if text else \
+        [math.ceil(n / pp) / vpp] * (pp * vpp)
+    starts = [0.0, *itertools.accumulate(counts)][:-1]  # layers before each stage (linear: PP x VPP may be 65536)
+    dense_in = [max(0.0, min(counts[i], dense - starts[i])) for i in range(len(counts))]
+    return (tuple(tuple(counts[j * pp + r] for j in range(vpp)) for r in range(pp)),
+            tuple(tuple(dense_in[j * pp + r] for j in range(vpp)) for r in range(pp)))
+
+
 def _allocated(weights: float, acts: float, logits: float, graphs: float, unfused_wgrad: float,
                step: float) -> tuple[float, float]:
     """The allocator's peak and its optimizer-step part: the step's temporaries (``step``) count where they top
@@ -369,19 +383,10 @@ class Estimator:
         ``first_k_dense`` layers are the dense ones."""
         key = (pp, vpp)
         hit = self._chunks.get(key)
-        if hit is not None:
-            return hit
-        n, mtp = self.m["num_layers"], self.mtp
-        legal = isinstance(self.layout, str) and pp > 1 and layouts.layout_error(self.layout, pp, vpp, n, mtp) is None
-        text = self.layout if legal else layouts.default(pp, vpp, n, mtp)
-        counts = [float(st.count("t")) for st in layouts.expand(text)] if text else \
-            [math.ceil(n / pp) / vpp] * (pp * vpp)
-        starts = [0.0, *itertools.accumulate(counts)][:-1]  # layers before each stage (linear: PP x VPP may be 65536)
-        dense = self.m.get("first_k_dense", 0)
-        dense_in = [max(0.0, min(counts[i], dense - starts[i])) for i in range(len(counts))]
-        hit = (tuple(tuple(counts[j * pp + r] for j in range(vpp)) for r in range(pp)),
-               tuple(tuple(dense_in[j * pp + r] for j in range(vpp)) for r in range(pp)))
-        self._chunks[key] = hit
+        if hit is None:
+            layout = self.layout if isinstance(self.layout, str) else None
+            hit = self._chunks[key] = _stage_chunks(layout, pp, vpp, self.m["num_layers"], self.mtp,
+                                                    self.m.get("first_k_dense", 0))
         return hit
 
     def _rank_sums(self, pp: int, vpp: int) -> tuple[tuple[float, float, int], ...]:
