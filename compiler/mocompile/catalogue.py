@@ -16,8 +16,8 @@ DATA = os.path.join(os.path.dirname(__file__), "data")
 REQUIRED_MODEL_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "num_moe_experts",
                        "moe_router_topk", "moe_ffn_hidden_size", "vocab_size")
 
-# The numbers a catalogue model's Bridge provider takes as plain fields (emit/python_recipe.py RESIZE_ASSIGN
-# says which provider field each becomes). A `base:` that changes only these is the same architecture at
+# The numbers a catalogue model's Bridge provider takes as plain fields (emit/python_recipe.py _resized says
+# which provider field each becomes). A `base:` that changes only these is the same architecture at
 # another size: train.py keeps Bridge's recipe for the base (MLA, router kind, attention sinks, hybrid
 # layers, RoPE scaling stay the family's) and sets the new numbers on its provider.
 RESIZABLE = frozenset({"num_layers", "first_k_dense", "hidden_size", "ffn_hidden_size", "moe_ffn_hidden_size",
@@ -94,11 +94,8 @@ def resolve_model(intent: dict[str, Any], doc: Document) -> dict[str, Any]:
             # Same family at another size, one the generic provider cannot build: Bridge's recipe for the base
             # builds the family's provider (reading the base's HF config), train.py then sets these numbers on it.
             # (A family it can build, e.g. Qwen3-MoE, stays a custom model: no HF config to fetch on the nodes.)
-            derived = []
-            if merged.get("attention") == "mla" and "num_attention_heads" in changed and "num_query_groups" not in spec:
-                derived.append("num_query_groups")
-            if merged.get("attention") == "mla" and "num_attention_heads" in changed:
-                _mla_groups_follow_heads(changed, spec, base_id, doc)
+            derived = _mla_groups_follow_heads(changed, spec, base_id, doc) \
+                if merged.get("attention") == "mla" and "num_attention_heads" in changed else []
             merged["resized"] = {"from": base_id, "fields": dict(sorted(changed.items())),
                                  **({"derived": derived} if derived else {})}
             if "display" not in spec:  # the base's name alone would claim the base's size
@@ -128,10 +125,11 @@ def resolve_model(intent: dict[str, Any], doc: Document) -> dict[str, Any]:
     return _defaults(merged)
 
 
-def _mla_groups_follow_heads(changed: dict[str, Any], spec: dict[str, Any], base_id: str, doc: Document) -> None:
+def _mla_groups_follow_heads(changed: dict[str, Any], spec: dict[str, Any], base_id: str, doc: Document) -> list[str]:
     """MLA has no key/value groups: Megatron-Core's MLASelfAttention hands num_query_groups to Transformer Engine's
     DotProductAttention as its GQA groups, which asserts heads % groups == 0 when the model is built (DeepSeek-V3's
-    128 groups with 8 heads failed there on a GPU). Resized heads take the groups along (MDL003 if told otherwise)."""
+    128 groups with 8 heads failed there on a GPU). Resized heads take the groups along (MDL003 if told otherwise);
+    returns the fields set here rather than by the intent."""
     heads = changed["num_attention_heads"]
     groups = spec.get("num_query_groups", heads)
     if groups != heads:
@@ -140,6 +138,7 @@ def _mla_groups_follow_heads(changed: dict[str, Any], spec: dict[str, Any], base
             f"num_query_groups must equal num_attention_heads ({heads}), not {groups}",
             doc.position(("model", "num_query_groups")), f"leave `num_query_groups` out (it follows the heads) or set {heads}")])
     changed["num_query_groups"] = heads
+    return [] if "num_query_groups" in spec else ["num_query_groups"]
 
 
 def _generic_lacks(model: dict[str, Any]) -> list[str]:

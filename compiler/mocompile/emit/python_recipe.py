@@ -111,8 +111,9 @@ def _resized(plan: Plan) -> list[dict[str, Any]]:
         k = int(m.get("first_k_dense") or 0)
         out.append(("moe_layer_freq", 1 if k == 0 else [0] * k + [1] * (m["num_layers"] - k)))
     follows = set(resized.get("derived", ()))
-    return [{"field": f, "value": v, "comment": "model: follows num_attention_heads: MLA has no key/value groups "
-             "(MDL003)" if f in follows else why} for f, v in out]
+    # "resized": config_fields names the lock's model.resized as what explains these fields
+    return [{"field": f, "value": v, "resized": True, "comment": "model: follows num_attention_heads: MLA has no "
+             "key/value groups (MDL003)" if f in follows else why} for f, v in out]
 
 
 def _kwargs(plan: Plan, fields: tuple[str, ...], keep: tuple[str, ...] = ()) -> list[dict[str, Any]]:
@@ -283,9 +284,8 @@ def config_fields(plan: Plan) -> dict[str, str]:
         return {}
     out = {f"{o['section']}.{o['field']}": o["setting"] for o in recipe_overrides(plan)}
     ctx = context(plan, "")
-    resized = {a["field"] for a in _resized(plan)}  # the lock's model.resized explains these
     for a in ctx["model_assignments"]:
-        out[f"model.{a['field']}"] = "model.resized" if a["field"] in resized else \
+        out[f"model.{a['field']}"] = "model.resized" if a.get("resized") else \
             a["field"] if a["field"] in plan.settings else ALIASES.get(a["field"], a["field"])
     for name, setting in (("moe_token_dispatcher_type", "moe_token_dispatcher_type"),
                           ("moe_flex_dispatcher_backend", "moe_flex_dispatcher_backend"),
