@@ -46,11 +46,11 @@ def _qwen3_moe(m: dict) -> Any:
     )
 
 
-def _deepseek_v3(m: dict) -> Any:
+def _deepseek_v3(m: dict, **published: Any) -> Any:
     from transformers import DeepseekV3Config
 
     shared = m.get("shared_expert_size") or 0
-    return DeepseekV3Config(
+    return DeepseekV3Config(**published,
         vocab_size=m["vocab_size"], hidden_size=m["hidden_size"], intermediate_size=m["ffn_hidden_size"],
         moe_intermediate_size=m["moe_ffn_hidden_size"], num_hidden_layers=m["num_layers"],
         num_attention_heads=m["num_attention_heads"], num_key_value_heads=m["num_query_groups"],
@@ -59,6 +59,15 @@ def _deepseek_v3(m: dict) -> Any:
         first_k_dense_replace=m.get("first_k_dense") or 0, v_head_dim=m["kv_channels"],
         tie_word_embeddings=False, architectures=["DeepseekV3ForCausalLM"], dtype="bfloat16",
     )
+
+
+def _moonlight(m: dict) -> Any:
+    """Moonlight-16B-A3B's config.json is a DeepSeek-V3 one (Bridge's recipe loads it through DeepSeekV3Bridge)
+    whose MLA and router fields differ from DeepseekV3Config's defaults, which are DeepSeek-V3's: no query
+    low-rank projection and one router group (moonshotai/Moonlight-16B-A3B config.json: q_lora_rank null,
+    n_group 1, topk_group 1, routed_scaling_factor 2.446; the catalogue's q_lora_rank 0)."""
+    return _deepseek_v3(m, q_lora_rank=m.get("q_lora_rank") or None, n_group=1, topk_group=1,
+                        routed_scaling_factor=2.446)
 
 
 def _gpt_oss(m: dict) -> Any:
@@ -75,7 +84,7 @@ def _gpt_oss(m: dict) -> Any:
 
 
 BUILDERS = {"megatron.bridge.recipes.qwen": _qwen3_moe, "megatron.bridge.recipes.deepseek": _deepseek_v3,
-            "megatron.bridge.recipes.gpt_oss": _gpt_oss}
+            "megatron.bridge.recipes.gpt_oss": _gpt_oss, "megatron.bridge.recipes.moonlight": _moonlight}
 
 
 def pinned_revisions(site_packages: Path) -> dict[str, str]:

@@ -358,7 +358,8 @@ RESIZED = [n for n in GENERATED if _lock(n)["model"].get("resized")]
 
 def test_the_recipes_include_resized_catalogue_models():
     # the two below exercise MLA + group-limited routing + MTP, and attention sinks + windows
-    assert {_lock(n)["model"]["resized"]["from"] for n in RESIZED} >= {"deepseek-v3", "gpt-oss-120b"}
+    # (and Moonlight: MLA without a query low-rank projection, one router group, read through DeepSeekV3Bridge)
+    assert {_lock(n)["model"]["resized"]["from"] for n in RESIZED} >= {"deepseek-v3", "gpt-oss-120b", "moonlight-16b-a3b"}
 
 
 @pytest.mark.parametrize("name", RESIZED)
@@ -382,6 +383,12 @@ def test_a_resized_model_is_the_base_family_with_the_intents_numbers(bridge_resu
         assert model["multi_latent_attention"] is True and model["moe_router_num_groups"] == 8
         assert model["moe_router_score_function"] == "sigmoid" and model["moe_router_enable_expert_bias"] is True
         assert model["mtp_num_layers"] == 1 and model["provider"] == "MLAModelProvider"
+    if resized["from"] == "moonlight-16b-a3b":
+        # Moonlight's own MLA and router, not DeepSeek-V3's (DeepseekV3Config's defaults): no q_lora, no groups
+        assert model["multi_latent_attention"] is True and model["q_lora_rank"] is None
+        assert model["moe_router_num_groups"] in (None, 1) and model["moe_router_topk_scaling_factor"] == 2.446
+        assert model["moe_router_score_function"] == "sigmoid" and model["moe_router_enable_expert_bias"] is True
+        assert model["provider"] == "MLAModelProvider" and not model["mtp_num_layers"]
     if resized["from"] == "gpt-oss-120b":
         assert model["softmax_type"] == "learnable" and model["window_size"] is not None
         assert model["add_bias_linear"] is True  # biased experts (Bridge builds GPT-OSS on GPTModelProvider itself)

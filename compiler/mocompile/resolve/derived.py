@@ -5,7 +5,7 @@ from __future__ import annotations
 from mocompile import memory, ncclep
 from mocompile.ir import Decision
 from mocompile.resolve.context import Context
-from mocompile.resolve.search import frugal_step, min_gpus_that_fit
+from mocompile.resolve.search import MAX_GPUS, frugal_step, min_gpus_that_fit
 from mocompile.resolve.tuning import sm_margins
 from mocompile.steptime import device_max_connections
 
@@ -100,7 +100,10 @@ def _lightest_lever_count(ctx: Context, plain: int | None) -> tuple[int, str] | 
     """The smallest GPU count with the memory ladder's rungs the recipe leaves open (resolve/decide.py
     lever_rungs): the last (most memory-saving) optimizer-state or offload rung (or a lighter offload share where
     host memory bounds the heaviest), or Megatron-FSDP, whichever fits on fewer GPUs; and how to ask for it; None
-    if none is open or none fits."""
+    if none is open or none fits on fewer GPUs than ``plain`` (only a smaller count is worth a note).
+
+    Each rung searches only below the smallest count found so far (``min_gpus_that_fit``'s ``limit_gpus``): a rung
+    that cannot beat it is not searched to the end, and the first rung at the smallest count still wins."""
     from mocompile.resolve.decide import lever_rungs, lever_trial
 
     rungs = lever_rungs(ctx)
@@ -111,11 +114,14 @@ def _lightest_lever_count(ctx: Context, plain: int | None) -> tuple[int, str] | 
     # MEM003), so where host memory bounds the heaviest it may fit on fewer nodes
     lighter = [r for r in rungs if r[1] and r not in last and not r[2]] if last and last[0][1] else []
     heaviest = lighter + last + [r for r in rungs if r[2] and not ctx["use_megatron_fsdp"]]
-    counts = []
+    bound = (plain - 1) if plain is not None else MAX_GPUS
+    fitting = []
     for rung in heaviest:
         with lever_trial(ctx, *rung):
-            counts.append((min_gpus_that_fit(ctx), rung))
-    fitting = [(n, r) for n, r in counts if n is not None]
+            n = min_gpus_that_fit(ctx, limit_gpus=bound) if bound >= 1 else None
+        if n is not None:
+            fitting.append((n, rung))
+            bound = n - 1
     if not fitting:
         return None
     n, (state, share, fsdp, act) = min(fitting, key=lambda c: c[0])
@@ -164,7 +170,7 @@ def memory_pass(ctx: Context) -> None:
             "largest term of the memory estimate")
     if total > limit:
         n = min_gpus_that_fit(ctx)
-        ctx.set("memory_min_gpus", n if n is not None else "more than 16384", "derived",
+        ctx.set("memory_min_gpus", n if n is not None else f"more than {MAX_GPUS}", "derived",
                 "smallest GPU count (whole nodes) with a layout that fits under the headroom, with the knobs that "
                 "need the least memory and the heaviest recompute (resolve/search.py min_gpus_that_fit)")
         lever = _lightest_lever_count(ctx, n)

@@ -978,7 +978,11 @@ def _beyond_margin(sc: Scorer, ranked: list[Scored], anchor: Scored, margin: flo
     return None
 
 
-def min_gpus_that_fit(ctx: Context, limit_gpus: int = 16384) -> int | None:
+# The largest GPU count the smallest-GPU-count search tries (MEM001 says "more than" this beyond it).
+MAX_GPUS = 16384
+
+
+def min_gpus_that_fit(ctx: Context, limit_gpus: int = MAX_GPUS) -> int | None:
     """The smallest GPU count, in whole nodes, on which some layout fits under the planner's headroom with the
     knobs that need the least memory (``_frugal_knob``, the pins kept) at the heaviest recompute rung: the
     planner's own estimate and limit, so the planner finds a plan that fits there; with an offload, also under
@@ -1143,5 +1147,5 @@ def verdict(winner: Scored, ref: Scored | None, best: Scored | None) -> str:
 
 
 __all__ = ["SearchResult", "Scored", "Scorer", "anchors", "knob_distance", "layouts_for", "match_anchor",
-           "layout_fits", "leaner_layouts", "min_gpus_that_fit", "required_ratio", "runs_as_shipped", "search",
+           "MAX_GPUS", "layout_fits", "leaner_layouts", "min_gpus_that_fit", "required_ratio", "runs_as_shipped", "search",
            "settings", "shipped_plans", "why_lost"]
