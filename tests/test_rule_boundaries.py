@@ -486,6 +486,11 @@ BOUNDARIES = [
     # MOE003: a dense prefix must leave at least one MoE layer (7 of 8 passes, 8 of 8 fails).
     ("MOE003", dict(first_k_dense=8, num_layers=8), dict(first_k_dense=7, num_layers=8)),
     ("MOE003", dict(first_k_dense=9, num_layers=8), dict(first_k_dense=None, num_layers=8)),
+    # MOE004: top-k may equal the expert count (every expert, every token), one more cannot be picked
+    ("MOE004", dict(moe_router_topk=17, num_moe_experts=16), dict(moe_router_topk=16, num_moe_experts=16)),
+    # PAR013: heads a multiple of the KV groups (16 over 8 passes, over 6 fails); MHA (groups = heads) passes
+    ("PAR013", dict(num_attention_heads=16, num_query_groups=6), dict(num_attention_heads=16, num_query_groups=8)),
+    ("PAR013", dict(num_attention_heads=7, num_query_groups=3), dict(num_attention_heads=7, num_query_groups=7)),
     # PROF: torch's schedule needs end - start >= 1; the stop runs only at step == end (<= train_iters);
     # a rank outside the job records nothing; without a TensorBoard folder the trace lands in ./torch_profile.
     ("PROF001", dict(PROFILE, profile_step_start=4, profile_step_end=4),
@@ -830,3 +835,22 @@ def test_layout_check_expands_up_to_twice_a_legal_layout(pp, vpp, layers, mtp, l
     """2 * (letters + stages) + 16: letters num_layers + mtp + E + L, and pp*vpp - 1 bars."""
     assert layout_error(f"t*{limit}", pp, vpp, layers, mtp) != f"'t*{limit}' expands past {limit} characters"
     assert layout_error(f"t*{limit + 1}", pp, vpp, layers, mtp) == f"'t*{limit + 1}' expands past {limit} characters"
+
+
+def test_a_hint_names_the_value_not_a_placeholder():
+    """DSP016's hint tells the user the EP bound of this cluster: the node's NVLink width, filled in."""
+    plan = _plan()
+    values = dict(**FLEX_DEEPEP, expert_model_parallel_size=16, world_size=16, gpu_arch="blackwell",
+                  nvlink_domain=8, gpus_per_node=8, nodes=2, data_parallel_size=16)
+    plan = _with(plan, **{k: Decision(v, "user", "pinned", position=Position("r.yaml", 9, 1)) for k, v in values.items()})
+    d = next(d for d in check(plan) if d.rule == "DSP016")
+    assert "(parallelism.ep <= 8)" in d.hint and "{" not in d.hint
+
+
+def test_every_hint_placeholder_is_one_its_message_fills():
+    """A hint is filled from the context its message is formatted with: a name the message does not use may be
+    missing there and would print as ``{name}``. Quoted YAML (``{type: huggingface, ...}``) is not a placeholder."""
+    from mocompile.rules import engine
+    for entry in engine.load_yaml(engine.CATALOGUE):
+        names = set(re.findall(r"\{(\w+)\}", entry.get("hint") or ""))
+        assert names <= set(re.findall(r"\{(\w+)[^}]*\}", entry["message"])), entry["id"]

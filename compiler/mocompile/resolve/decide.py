@@ -343,7 +343,7 @@ def plan(ctx: Context) -> None:
     est = w.est
     head = (f"{GOAL_WHY[ctx.goal]}: {est.step_s:.2f} s/step, {est.tflops_per_gpu:.0f} TFLOPS/GPU, "
             f"{w.mem['total_gib']:.1f} GiB (of {res.scored} candidates scored)")
-    said = verdict(w, res.reference, res.best)
+    said = verdict(w, res.reference, res.best, ctx.model)
     if said and res.reference is not None and res.reference.kind != "shipped":  # a shipped recipe is said below
         head += f"; {said}"
     if w.anchor and w.kind == "shipped":
@@ -355,7 +355,7 @@ def plan(ctx: Context) -> None:
         gap = res.anchor.step - w.step  # the shipped recipe may be faster only where the pins break it or it does not fit
         than = f"{abs(gap):.2f} s/step {'faster' if gap >= 0 else 'slower'}"
         head += f"; predicted {than} than the shipped {res.anchor.anchor} ({res.anchor.step:.2f} s, {lost})"
-    rejected = [(r.cand.label(), why_lost(r, w, res.reference, ctx.goal)) for r in res.runners_up + res.excluded]
+    rejected = [(r.cand.label(), why_lost(r, w, res.reference, ctx.goal, ctx.model)) for r in res.runners_up + res.excluded]
     part = f"part of the chosen plan ({est.step_s:.2f} s/step; see tensor_model_parallel_size)"
     effects = res.effects
     values = settings(ctx, w.cand)
@@ -413,7 +413,7 @@ def plan(ctx: Context) -> None:
         # (MOCOMPILE_METRICS: train_step alone) never times; probe, tune and diagnose compare their runs with it
         "chosen": dict(w.summary(), train_step_s=round(w.step - est.terms.get("manual_gc", 0.0), 3),
                        terms_s={k: round(v, 3) for k, v in est.terms.items()}, pins=pins(ctx, w.cand)),
-        "runners_up": [dict(r.summary(), why_lost=why_lost(r, w, res.reference, ctx.goal), pins=pins(ctx, r.cand))
+        "runners_up": [dict(r.summary(), why_lost=why_lost(r, w, res.reference, ctx.goal, ctx.model), pins=pins(ctx, r.cand))
                        for r in res.runners_up],
         "excluded": [dict(r.summary(), why_lost=why_lost(r, w, goal=ctx.goal)) for r in res.excluded],
         "anchor": None if res.anchor is None else dict(res.anchor.summary(), broken=res.anchor.broken or [],

@@ -42,6 +42,10 @@ NEAR_LIMIT = 2.0
 # default (``docs/training/communication-overlap.md``: "EP <= 4 with alltoall"); every shipped recipe with a
 # flex backend has a larger group or spans NVLink domains.
 SMALL_EP = 4
+# How many plans, nearest first, a reference may be tried on before the defaults (or nothing) serve: the nearest
+# layout can break a rule of this setting that the layout grid does not know (a global batch that does not divide
+# over its data parallelism on 24 GPUs), and the next one then is the reference.
+SETTLE_TRIES = 8
 # Anchors withheld from every search (benchmarks/plan_quality.py: model-only and leave-one-family-out runs).
 WITHHELD: set[str] = set()
 
@@ -171,8 +175,13 @@ def nearest(ctx: Context) -> dict[str, Any] | None:
 def moved(ctx: Context, a: dict[str, Any], layouts: list[Any]) -> Candidate:
     """A recipe moved onto this setting: the legal layout nearest its own (log2 distance per size), its
     dispatcher, overlap, delayed wgrad, recompute and graphs where this setting offers them."""
-    from mocompile.catalogue import gpus
-    from mocompile.resolve.search import anchor_candidate, flex_across_nvl8_blackwell, flex_withheld
+    return moves(ctx, a, layouts, 1)[0]
+
+
+def moves(ctx: Context, a: dict[str, Any], layouts: list[Any], n: int) -> list[Candidate]:
+    """``moved`` onto the ``n`` layouts nearest the recipe's own, nearest first: where the nearest breaks a rule of
+    this setting (the global batch does not divide over its data parallelism, say), the next one serves."""
+    from mocompile.resolve.search import anchor_candidate
 
     cand = anchor_candidate(ctx, a)
     sizes = ("tp", "pp", "vpp", "ep", "etp", "cp")
@@ -183,8 +192,15 @@ def moved(ctx: Context, a: dict[str, Any], layouts: list[Any]) -> Candidate:
         return (sum(abs(math.log2(getattr(lay, k) / getattr(cand, k))) for k in sizes),
                 -lay.tp * lay.pp * lay.cp, *(getattr(lay, k) for k in sizes))
 
-    lay = min(layouts, key=far)
-    cand = replace(cand, **{k: getattr(lay, k) for k in sizes})
+    return [_moved_knobs(ctx, a, replace(cand, **{k: getattr(lay, k) for k in sizes}))
+            for lay in sorted(layouts, key=far)[:n]]
+
+
+def _moved_knobs(ctx: Context, a: dict[str, Any], cand: Candidate) -> Candidate:
+    """The recipe's knobs on a layout of this setting, where this setting offers them."""
+    from mocompile.catalogue import gpus
+    from mocompile.resolve.search import flex_across_nvl8_blackwell, flex_withheld, without_idle_overlap
+
     # moved onto a group that spans Blackwell NVL8 nodes, a flex backend the recipe itself ran inside one node is not
     # offered there (search.flex_withheld); one the recipe itself ran across such nodes is NVIDIA's tuned choice: kept
     ahw = gpus().get(a["gpu"], {})
@@ -194,7 +210,7 @@ def moved(ctx: Context, a: dict[str, Any], layouts: list[Any]) -> Candidate:
     # anchor_candidate already gave it a dispatcher and graph scopes this setting offers
     if cand.delay_wgrad and ctx["te_version"] is None:
         cand = replace(cand, delay_wgrad=False)
-    return cand
+    return without_idle_overlap(ctx, cand)  # on its new layout
 
 
 def fallback(ctx: Context, sc: Any, first: list[Any], rungs_by_ov: dict[bool, list[Any]]) -> Any:
@@ -203,17 +219,29 @@ def fallback(ctx: Context, sc: Any, first: list[Any], rungs_by_ov: dict[bool, li
     or None."""
     from mocompile.resolve.search import layouts_for
 
-    layouts = layouts_for(ctx, sc.world)
+    # only layouts whose data parallelism divides the global batch (rule PAR007, which the layout grid leaves to
+    # the rules): on 24 GPUs most of the grid does not, and a reference that breaks a rule serves nobody
+    layouts = [lay for lay in layouts_for(ctx, sc.world) if _batch_divides(ctx, sc.world, lay)]
+    first = [s for s in first if _batch_divides(ctx, sc.world, s.cand)]
     near = nearest(ctx)
     if near is not None and layouts:
-        cand = moved(ctx, near, layouts)
-        s = _settle(sc, cand, rungs_by_ov, f"{near['recipe']}, moved to this setting", "near")
+        for cand in moves(ctx, near, layouts, SETTLE_TRIES):
+            s = _settle(sc, cand, rungs_by_ov, f"{near['recipe']}, moved to this setting", "near")
+            if s is not None:
+                return s
+    for default in defaults_ranked(ctx, sc, first, rungs_by_ov)[:SETTLE_TRIES]:
+        s = _settle(sc, default, rungs_by_ov, "Megatron-Bridge MoE performance guidance", "defaults")
         if s is not None:
             return s
-    default = defaults(ctx, sc, first, rungs_by_ov)
-    if default is None:
-        return None
-    return _settle(sc, default, rungs_by_ov, "Megatron-Bridge MoE performance guidance", "defaults")
+    return None
+
+
+def _batch_divides(ctx: Context, world: int, lay: Any) -> bool:
+    """Does the global batch divide into whole micro-batches over ``lay``'s data parallelism (rule PAR007)?"""
+    mbs, gbs = ctx["micro_batch_size"], ctx["global_batch_size"]
+    if not isinstance(mbs, int) or not isinstance(gbs, int):
+        return True
+    return gbs % (mbs * max(1, world // (lay.tp * lay.pp * lay.cp))) == 0
 
 
 def _settle(sc: Any, cand: Candidate, rungs_by_ov: dict[bool, list[Any]], label: str, kind: str) -> Any:
@@ -242,11 +270,19 @@ def defaults(ctx: Context, sc: Any, first: list[Any], rungs_by_ov: dict[bool, li
     overlap only where the all-to-all crosses NVLink domains (``docs/training/communication-overlap.md``: most
     promising at larger EP with inter-node all-to-all) and the model puts more of the step in exposed
     all-to-all than its own error."""
+    ranked = defaults_ranked(ctx, sc, first, rungs_by_ov)
+    return ranked[0] if ranked else None
+
+
+def defaults_ranked(ctx: Context, sc: Any, first: list[Any],
+                    rungs_by_ov: dict[bool, list[Any]] | None = None) -> list[Candidate]:
+    """``defaults``' plans in the guidance's order, best first: where the first breaks a rule of this setting (a
+    global batch that does not divide over its data parallelism), the next one is the reference."""
     from mocompile.resolve.search import _bools, _graph_options, trust_margin
 
     fitting = [s for s in first if s.fits]
     if not fitting:
-        return None
+        return []
     nvl = ctx["nvlink_domain"]
     graphs = "none" if "none" in _graph_options(ctx) else _graph_options(ctx)[0]
     overlap = _bools(ctx, ("moe", "overlap"), [False])[0]
@@ -264,14 +300,18 @@ def defaults(ctx: Context, sc: Any, first: list[Any], rungs_by_ov: dict[bool, li
 
     guided_all = [guided(s.cand) for s in fitting]
     fit = [c for c in guided_all if rungs_by_ov is None or sc.total_gib(c) <= sc.limit] or guided_all
-    cand = min(enumerate(fit), key=order)[1]
-    group = cand.ep * cand.etp
-    if not cand.overlap and True in _bools(ctx, ("moe", "overlap"), [False, True]) and group > nvl \
-            and (rungs_by_ov is None or cand.recompute in rungs_by_ov[True]):
-        est = sc.score(cand).est
-        if est.terms.get("a2a_exposed", 0.0) > trust_margin(ctx.model) * est.step_s:
-            cand = replace(cand, overlap=True)
-    return cand
+    offered_overlap = True in _bools(ctx, ("moe", "overlap"), [False, True])
+
+    def with_overlap(cand: Candidate) -> Candidate:
+        if not cand.overlap and offered_overlap and cand.ep * cand.etp > nvl \
+                and (rungs_by_ov is None or cand.recompute in rungs_by_ov[True]):
+            est = sc.score(cand).est
+            if est.terms.get("a2a_exposed", 0.0) > trust_margin(ctx.model) * est.step_s:
+                return replace(cand, overlap=True)
+        return cand
+
+    ordered = [c for _, c in sorted(enumerate(fit), key=order)]
+    return [with_overlap(c) for c in ordered[:SETTLE_TRIES]]
 
 
 def _light(cand: Candidate) -> bool:
@@ -299,5 +339,6 @@ def default_dispatcher(ctx: Context, group: int) -> str:
     return next((d for d in want if d in offered), offered[0])
 
 
-__all__ = ["NEAR_LIMIT", "SMALL_EP", "WITHHELD", "default_dispatcher", "defaults", "exact", "fallback", "moved", "nearest",
+__all__ = ["NEAR_LIMIT", "SETTLE_TRIES", "SMALL_EP", "WITHHELD", "default_dispatcher", "defaults", "defaults_ranked",
+           "exact", "fallback", "moved", "moves", "nearest",
            "same_shape", "shape_key"]

@@ -607,7 +607,23 @@ def anchor_candidate(ctx: Context, a: dict[str, Any], pins: bool = True) -> Cand
     cand = replace(cand, overlap=ov[0], delay_wgrad=dw[0] and ov[0] if pinned_value(ctx, "moe", "delay_wgrad") is None else dw[0])
     if pinned_value(ctx, "recompute", "granularity") is not None or pinned_value(ctx, "recompute", "modules") is not None:
         cand = replace(cand, recompute=_rungs(ctx, cand.overlap)[0])
-    return cand
+    return without_idle_overlap(ctx, cand)
+
+
+def without_idle_overlap(ctx: Context, cand: Candidate) -> Candidate:
+    """A recipe's EP overlap (and the delayed wgrad that rides on it) dropped where it would hide nothing here: no
+    pipeline and fewer than two micro-batches per step, which the combined 1F1B schedule needs to pair one
+    micro-batch's forward with another's backward (rule OVL014). A pinned overlap stays (the rule then says so)."""
+    if not cand.overlap or cand.pp > 1 or pinned_value(ctx, "moe", "overlap") is not None:
+        return cand
+    mbs, gbs = ctx["micro_batch_size"], ctx["global_batch_size"]
+    if not isinstance(mbs, int) or not isinstance(gbs, int):
+        return cand
+    dp = max(1, ctx["world_size"] // (cand.tp * cand.pp * cand.cp))
+    if gbs // (mbs * dp) >= 2:
+        return cand
+    return replace(cand, overlap=False,
+                   delay_wgrad=cand.delay_wgrad if pinned_value(ctx, "moe", "delay_wgrad") is not None else False)
 
 
 # Bridge's MoE perf recipes train at 4096 tokens (perf_recipes/<family>/<gpu>/<model>.py; what `mocompile init` writes)
@@ -1074,7 +1090,8 @@ def _frugal_at(ctx: Context) -> Any:
                                  graphs)
 
 
-def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None, goal: str = "throughput") -> str:
+def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None, goal: str = "throughput",
+             model: dict[str, Any] | None = None) -> str:
     """One line: what makes ``loser`` worse than ``winner``; ``anchor``: the shipped recipe the search
     scored, against which a plan predicted faster than the winner fell short of its margin. Under goal fit or
     bring-up a faster plan loses on the goal's own order (memory; simplicity), and says so."""
@@ -1101,9 +1118,10 @@ def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None, goal: 
     slower = loser.step - winner.step
     if anchor is not None and slower < 0:
         d = knob_distance(loser.cand, anchor.cand)
-        need = 1.0 - required_ratio(trust_margin(), d)
+        margin = trust_margin(model)
+        need = 1.0 - required_ratio(margin, d)
         rel = 1 - loser.step / anchor.step
-        gain = f"{abs(rel):.0%}"
+        gain = f"{abs(rel):.1%}"
         side = "faster" if rel >= 0 else "slower"
         # by value, not identity: a verdict read back from the plan cache holds copies
         ref_won = winner.anchor is not None and winner.cand == anchor.cand
@@ -1111,7 +1129,9 @@ def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None, goal: 
         than = (f"{-slower:.2f} s ({gain}) {side} than {what}" if ref_won else
                 f"{-slower:.2f} s faster than the chosen plan and {gain} {side} than {what}")
         measured = ", which is measured" if (anchor.kind or "shipped") == "shipped" else ""
-        return (f"predicted {than}{measured}: within the model's {need:.0%} error for a plan {d} "
+        if margin == float("inf"):
+            return f"predicted {than}{measured}: {_UNCOSTED.format(attention=(model or {}).get('attention'))}"
+        return (f"predicted {than}{measured}: within the model's {need:.1%} error for a plan {d} "
                 f"knob{'s' if d != 1 else ''} away from it")
     step = signed_step(slower)
     step = "the same step" if step == "same predicted step" else f"{step}/step"
@@ -1122,30 +1142,38 @@ KIND_PHRASE = {"shipped": "the shipped recipe", "near": "the nearest tuned recip
                "defaults": "the documented defaults"}
 
 
-def verdict(winner: Scored, ref: Scored | None, best: Scored | None) -> str:
+# Where ``steptime.covers`` says the model does not cost the architecture, the margin is infinite: no predicted gain
+# leaves a reference plan, and explain says why instead of quoting an error band that was not applied.
+_UNCOSTED = ("the step-time model does not cost {attention} attention (steptime.covers), so no predicted gain "
+             "leaves it")
+
+
+def verdict(winner: Scored, ref: Scored | None, best: Scored | None, model: dict[str, Any] | None = None) -> str:
     """Why the chosen plan is the reference or left it, with both predicted step times and the error band
-    (``required_ratio``) the gain had to clear; empty without a reference."""
+    (``required_ratio``, at ``trust_margin(model)``) the gain had to clear; empty without a reference."""
     if ref is None or ref.kind is None:
         return ""
     what = f"{KIND_PHRASE[ref.kind]} ({ref.anchor})"
     if ref.broken or not ref.fits:
         return f"{what} {why_lost(ref, winner)} here"
-    margin = trust_margin()
+    margin = trust_margin(model)
     if winner.cand == ref.cand:
         if best is None or best.cand == ref.cand or best.step >= ref.step:
             return f"{what}: also the fastest plan found ({ref.step:.3f} s/step)"
         d = knob_distance(best.cand, ref.cand)
+        found = (f"kept {what} at {ref.step:.3f} s/step: the fastest plan found ({best.cand.label()}) is predicted "
+                 f"{best.step:.3f} s/step, {1 - best.step / ref.step:.1%} faster")
+        if margin == float("inf"):
+            return f"{found}, but {_UNCOSTED.format(attention=(model or {}).get('attention'))}"
         need = 1.0 - required_ratio(margin, d)
-        return (f"kept {what} at {ref.step:.3f} s/step: the fastest plan found ({best.cand.label()}) is predicted "
-                f"{best.step:.3f} s/step, {1 - best.step / ref.step:.1%} faster, inside the model's {need:.0%} error "
-                f"for a plan {d} knob{'s' if d != 1 else ''} away")
+        return f"{found}, inside the model's {need:.1%} error for a plan {d} knob{'s' if d != 1 else ''} away"
     d = knob_distance(winner.cand, ref.cand)
     need = 1.0 - required_ratio(margin, d)
     return (f"left {what} ({ref.cand.label()}, {ref.step:.3f} s/step): predicted {winner.step:.3f} s/step, "
-            f"{1 - winner.step / ref.step:.1%} faster, beyond the model's {need:.0%} error for a plan {d} "
+            f"{1 - winner.step / ref.step:.1%} faster, beyond the model's {need:.1%} error for a plan {d} "
             f"knob{'s' if d != 1 else ''} away")
 
 
 __all__ = ["SearchResult", "Scored", "Scorer", "anchors", "knob_distance", "layouts_for", "match_anchor",
-           "MAX_GPUS", "layout_fits", "leaner_layouts", "min_gpus_that_fit", "required_ratio", "runs_as_shipped", "search",
-           "settings", "shipped_plans", "why_lost"]
+           "MAX_GPUS", "layout_fits", "without_idle_overlap", "leaner_layouts", "min_gpus_that_fit",
+           "required_ratio", "runs_as_shipped", "search", "settings", "shipped_plans", "why_lost"]

@@ -108,10 +108,12 @@ def decisions(intent: dict[str, Any], doc: Document) -> dict[str, Decision]:
     put("wandb_exp_name", name, ("logging", "wandb", "name"), "W&B run named after the recipe" if wb else "no W&B")
     put("wandb_entity", wb.get("entity") if wb else None, ("logging", "wandb", "entity"), "default W&B entity")
 
-    # The learning-rate schedule: the recipe's peak unless the intent sets one; warm-up and decay follow the
-    # run's length (a recipe's warm-up can outlast a short run, and its decay length is for its own length).
+    # The learning-rate schedule: train.py builds the optimizer itself (for catalogue and custom models alike) with
+    # the intent's peak; warm-up and decay follow the run's length (a recipe's warm-up can outlast a short run, and
+    # its decay length is for its own length).
     lr = float(training["lr"])
-    put("lr", lr, ("training", "lr"), f"schema default {lr:g} (a custom model has no recipe peak)")
+    put("lr", lr, ("training", "lr"), f"schema default {lr:g} (training.lr): train.py builds the optimizer with it, "
+        "for a catalogue model too")
     put("min_lr", float(f"{lr / 10:.6g}"), None, "a tenth of the peak learning rate", "derived")
     put("lr_warmup_iters", max(1, min(500, iters // 10)), None,
         "a tenth of train_iters, at most 500: the schedule fits the run's length", "derived")

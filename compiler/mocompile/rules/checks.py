@@ -143,6 +143,7 @@ CHECKS: dict[str, Check] = {
     "PAR010": lambda c: bool(c["add_bias_linear"]) and c["expert_tensor_parallel_size"] != 1,
     "PAR011": lambda c: c["expert_model_parallel_size"] > c["num_moe_experts"],
     "PAR012": lambda c: bool(c["sequence_parallel"]) and c.get("transformer_impl") == "local",
+    "PAR013": lambda c: bool(c.get("num_query_groups")) and c["num_attention_heads"] % c["num_query_groups"] != 0,
     "PP001": lambda c: _vpp(c) > 1 and c["pipeline_model_parallel_size"] <= 1,
     "PP002": lambda c: (not c["pipeline_model_parallel_layout"]
                         and (c["num_layers"] % c["pipeline_model_parallel_size"] != 0
@@ -232,6 +233,7 @@ CHECKS: dict[str, Check] = {
     "MOE001": lambda c: bool(c["moe_grouped_gemm"]) and c["te_version"] is None,
     "MOE002": lambda c: bool(c["moe_router_force_load_balancing"]),
     "MOE003": lambda c: (c.get("first_k_dense") or 0) >= c["num_layers"],
+    "MOE004": lambda c: bool(c.get("num_moe_experts")) and c["moe_router_topk"] > c["num_moe_experts"],
     "ENV001": lambda c: _overlap(c) and str(c["env"].get("CUDA_DEVICE_MAX_CONNECTIONS", "")) == "1",
     "MEM001": lambda c: c.get("memory_estimate_gib", 0) > memory_limit(c),
     "MEM003": lambda c: c.get("host_memory_limit_gib") is not None

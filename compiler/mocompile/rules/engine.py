@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,8 +133,14 @@ def check(plan: Plan) -> list[Diagnostic]:
             pos = next((plan.settings[f].position for f in rule.fields
                         if f in plan.settings and plan.settings[f].position is not None), None)
         out.append(Diagnostic(rule.id, rule.severity, rule.message.format_map(_Safe(ctx)),
-                              pos or Position(plan.source, 1, 1), rule.hint))
+                              pos or Position(plan.source, 1, 1), _fill(rule.hint, ctx)))
     return out
+
+
+def _fill(hint: str, ctx: dict[str, Any]) -> str:
+    """A hint's ``{name}`` placeholders filled from the rule's context. Only bare names are replaced: a hint may
+    quote YAML (``{type: huggingface, ...}``), which ``str.format`` would read as a field with a format spec."""
+    return re.sub(r"\{(\w+)\}", lambda m: str(ctx[m.group(1)]) if m.group(1) in ctx else m.group(0), hint)
 
 
 class _Safe(dict):
