@@ -60,6 +60,7 @@ def _defaults(spec: dict[str, Any]) -> dict[str, Any]:
     out.setdefault("gated_linear_unit", True)
     out.setdefault("add_bias_linear", False)
     out.setdefault("qk_layernorm", False)
+    out.setdefault("moe_router_score_function", "softmax")
     out.setdefault("shared_expert_overlap_default", False)
     out.setdefault("bridge", {"module": None, "recipe": None, "needs_hf_config": False})
     out.setdefault("sources", [])
@@ -144,6 +145,9 @@ def _mla_groups_follow_heads(changed: dict[str, Any], spec: dict[str, Any], base
 def _generic_lacks(model: dict[str, Any]) -> list[str]:
     """What of ``model``'s architecture Bridge's generic GPTModelProvider cannot build (empty: it can)."""
     kinds = [f"attention `{model['attention']}`"] if model.get("attention", "gqa") != "gqa" else []
+    # its router is Megatron-Core's default softmax with an aux loss; a sigmoid router with expert bias is not
+    router = model.get("moe_router_score_function") or "softmax"
+    kinds += [f"`{router}` router (with expert bias)"] if router != "softmax" else []
     return kinds + [f"`{k}`" for k in _GENERIC_UNBUILDABLE if model.get(k) not in (None, 0, False)]
 
 

@@ -28,8 +28,8 @@ COPY = "hf_config/config.json"  # where the copy lies in generated/<name>/ (Auto
 
 # Catalogue field -> the HF config.json field it is read from, per ``model_type`` (transformers' config classes,
 # as Bridge's model bridges read them: models/qwen/qwen3_moe_bridge.py, models/deepseek/deepseek_v3_bridge.py,
-# models/gpt_oss/gpt_oss_bridge.py, models/qwen/qwen3_next_bridge.py). ``len(x)``: the length of a list;
-# ``a * b``: a product; ``a|b``: the first present (transformers' ``attribute_map`` aliases: a hub config.json
+# models/gpt_oss/gpt_oss_bridge.py, models/qwen/qwen3_next_bridge.py, models/glm/glm45_bridge.py). ``len(x)``: the
+# length of a list; ``a * b``: a product; ``a|b``: the first present (transformers' ``attribute_map`` aliases: a hub config.json
 # may carry either name, e.g. Qwen3-MoE's num_experts is saved as num_local_experts by transformers 5).
 # The numbers mocompile plans with; anything else stays Bridge's reading of the file.
 _COMMON = (("num_layers", "num_hidden_layers"), ("hidden_size", "hidden_size"),
@@ -50,6 +50,12 @@ FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
     "gpt_oss": _COMMON + (("kv_channels", "head_dim"), ("moe_ffn_hidden_size", "intermediate_size"),
                           ("num_moe_experts", "num_local_experts|num_experts"), ("moe_router_topk", "num_experts_per_tok"),
                           ("vocab_size", "vocab_size")),
+    "glm4_moe": _COMMON + (("kv_channels", "head_dim"), ("ffn_hidden_size", "intermediate_size"),
+                           ("moe_ffn_hidden_size", "moe_intermediate_size"),
+                           ("num_moe_experts", "n_routed_experts|num_local_experts"),
+                           ("moe_router_topk", "num_experts_per_tok"), ("first_k_dense", "first_k_dense_replace"),
+                           ("shared_expert_size", "moe_intermediate_size * n_shared_experts"),
+                           ("mtp_num_layers", "num_nextn_predict_layers"), ("vocab_size", "vocab_size")),
     "qwen3_next": _COMMON + (("kv_channels", "head_dim"), ("ffn_hidden_size", "intermediate_size"),
                              ("moe_ffn_hidden_size", "moe_intermediate_size"),
                              ("num_moe_experts", "num_experts|num_local_experts"), ("moe_router_topk", "num_experts_per_tok"),

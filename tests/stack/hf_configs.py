@@ -70,6 +70,24 @@ def _moonlight(m: dict) -> Any:
                         routed_scaling_factor=2.446)
 
 
+def _glm4_moe(m: dict) -> Any:
+    """GLM-4.5 / GLM-4.5-Air: QKV bias (attention_bias), half-rotary RoPE (the class default), one shared expert of
+    the routed width, MTP from num_nextn_predict_layers (GLM45Bridge reads it)."""
+    from transformers import Glm4MoeConfig
+
+    shared = m.get("shared_expert_size") or 0
+    return Glm4MoeConfig(
+        vocab_size=m["vocab_size"], hidden_size=m["hidden_size"], intermediate_size=m["ffn_hidden_size"],
+        moe_intermediate_size=m["moe_ffn_hidden_size"], num_hidden_layers=m["num_layers"],
+        num_attention_heads=m["num_attention_heads"], num_key_value_heads=m["num_query_groups"],
+        head_dim=m["kv_channels"], n_shared_experts=shared // m["moe_ffn_hidden_size"] if shared else 0,
+        n_routed_experts=m["num_moe_experts"], num_experts_per_tok=m["moe_router_topk"],
+        first_k_dense_replace=m.get("first_k_dense") or 0, attention_bias=True, use_qk_norm=bool(m["qk_layernorm"]),
+        num_nextn_predict_layers=m.get("mtp_num_layers") or 0, tie_word_embeddings=False,
+        architectures=["Glm4MoeForCausalLM"], dtype="bfloat16",
+    )
+
+
 def _gpt_oss(m: dict) -> Any:
     from transformers import GptOssConfig
 
@@ -84,7 +102,8 @@ def _gpt_oss(m: dict) -> Any:
 
 
 BUILDERS = {"megatron.bridge.recipes.qwen": _qwen3_moe, "megatron.bridge.recipes.deepseek": _deepseek_v3,
-            "megatron.bridge.recipes.gpt_oss": _gpt_oss, "megatron.bridge.recipes.moonlight": _moonlight}
+            "megatron.bridge.recipes.gpt_oss": _gpt_oss, "megatron.bridge.recipes.moonlight": _moonlight,
+            "megatron.bridge.recipes.glm": _glm4_moe}
 
 
 def pinned_revisions(site_packages: Path) -> dict[str, str]:

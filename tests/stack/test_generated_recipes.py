@@ -359,7 +359,8 @@ RESIZED = [n for n in GENERATED if _lock(n)["model"].get("resized")]
 def test_the_recipes_include_resized_catalogue_models():
     # the two below exercise MLA + group-limited routing + MTP, and attention sinks + windows
     # (and Moonlight: MLA without a query low-rank projection, one router group, read through DeepSeekV3Bridge)
-    assert {_lock(n)["model"]["resized"]["from"] for n in RESIZED} >= {"deepseek-v3", "gpt-oss-120b", "moonlight-16b-a3b"}
+    assert {_lock(n)["model"]["resized"]["from"] for n in RESIZED} >= {"deepseek-v3", "gpt-oss-120b", "moonlight-16b-a3b",
+                                                                       "glm-4.5-air"}
 
 
 @pytest.mark.parametrize("name", RESIZED)
@@ -389,6 +390,10 @@ def test_a_resized_model_is_the_base_family_with_the_intents_numbers(bridge_resu
         assert model["moe_router_num_groups"] in (None, 1) and model["moe_router_topk_scaling_factor"] == 2.446
         assert model["moe_router_score_function"] == "sigmoid" and model["moe_router_enable_expert_bias"] is True
         assert model["provider"] == "MLAModelProvider" and not model["mtp_num_layers"]
+    if resized["from"] in ("glm-4.5", "glm-4.5-air"):
+        # GLM45Bridge's provider: its router, QKV bias and partial RoPE, none of which the generic provider has
+        assert model["moe_router_score_function"] == "sigmoid" and model["moe_router_enable_expert_bias"] is True
+        assert model["add_qkv_bias"] is True and model["rotary_percent"] == 0.5
     if resized["from"] == "gpt-oss-120b":
         assert model["softmax_type"] == "learnable" and model["window_size"] is not None
         assert model["add_bias_linear"] is True  # biased experts (Bridge builds GPT-OSS on GPTModelProvider itself)

@@ -396,6 +396,10 @@ def plan(ctx: Context) -> None:
             elif w.mem["total_gib"] > usable:
                 why = (f"the shipped recipe's ({shipped}): {w.mem['total_gib']:.1f} GiB, over the {usable:.0f} GiB "
                        "usable, run as shipped (see memory_limit_gib)")
+            elif w.kind in ("shipped", "near") and w.anchor:
+                # a tuned recipe's rung (or, moved here, the lightest that fits its layout), not a search for the lightest
+                why = (f"the reference plan's ({w.anchor}) recompute: {w.mem['total_gib']:.1f} GiB <= {usable:.0f} GiB "
+                       "usable")
             else:
                 why = f"lightest recompute that fits: {w.mem['total_gib']:.1f} GiB <= {usable:.0f} GiB usable"
             ctx.set(name, value, "goal", why)

@@ -289,9 +289,19 @@ def defaults_ranked(ctx: Context, sc: Any, first: list[Any],
     delay_wgrad = _bools(ctx, ("moe", "delay_wgrad"), [False])[0]
 
     def guided(c: Candidate) -> Candidate:
-        cand = replace(c, dispatcher=default_dispatcher(ctx, c.ep * c.etp), overlap=overlap, delay_wgrad=delay_wgrad,
-                       graphs=graphs, num_sms=None)
-        return cand if rungs_by_ov is None else sc.lightest_fitting(cand, rungs_by_ov[overlap])
+        first_choice = None
+        for disp in default_dispatchers(ctx, c.ep * c.etp):
+            cand = replace(c, dispatcher=disp, overlap=overlap, delay_wgrad=delay_wgrad, graphs=graphs, num_sms=None)
+            if rungs_by_ov is None:
+                return cand
+            cand = sc.lightest_fitting(cand, rungs_by_ov[overlap])
+            # selective recompute before full (the recompute guidance): where the guidance's dispatcher needs the
+            # recompute it keeps for last (its buffers, say), the next dispatcher it names that does not serves
+            if _light(cand) and sc.total_gib(cand) <= sc.limit:
+                return cand
+            first_choice = first_choice or cand
+        assert first_choice is not None
+        return first_choice
 
     def order(item: tuple[int, Candidate]) -> tuple[Any, ...]:
         rank, c = item  # ``first`` is ranked: ties keep rank
@@ -329,6 +339,12 @@ def default_dispatcher(ctx: Context, group: int) -> str:
     tuned perf recipes settled on (``scripts/performance/configs``: HybridEP in most H100, B200 and B300 recipes
     with a flex backend; ``tests/test_reference.py`` counts them). Whichever of those this setting offers, else
     the first it offers."""
+    return default_dispatchers(ctx, group)[0]
+
+
+def default_dispatchers(ctx: Context, group: int) -> list[str]:
+    """The dispatchers this setting offers, in the guidance's order for an expert group of ``group`` ranks
+    (``default_dispatcher`` is the first): alltoall alone for small EP; HybridEP, DeepEP, then alltoall otherwise."""
     from mocompile.resolve.search import _dispatchers, flex_withheld
 
     offered = [d for d in _dispatchers(ctx) if not flex_withheld(ctx, d, group)]
@@ -336,9 +352,9 @@ def default_dispatcher(ctx: Context, group: int) -> str:
         want = ["alltoall"]
     else:
         want = ["hybridep", "deepep", "alltoall"]
-    return next((d for d in want if d in offered), offered[0])
+    return [d for d in want if d in offered] or offered[:1]
 
 
-__all__ = ["NEAR_LIMIT", "SETTLE_TRIES", "SMALL_EP", "WITHHELD", "default_dispatcher", "defaults", "defaults_ranked",
-           "exact", "fallback", "moved", "moves", "nearest",
-           "same_shape", "shape_key"]
+__all__ = ["NEAR_LIMIT", "SETTLE_TRIES", "SMALL_EP", "WITHHELD", "default_dispatcher", "default_dispatchers",
+           "defaults", "defaults_ranked", "exact", "fallback", "moved", "moves", "nearest", "same_shape",
+           "shape_key"]

@@ -605,7 +605,11 @@ def anchor_candidate(ctx: Context, a: dict[str, Any], pins: bool = True) -> Cand
     ov = _bools(ctx, ("moe", "overlap"), [cand.overlap])
     dw = _bools(ctx, ("moe", "delay_wgrad"), [cand.delay_wgrad])
     cand = replace(cand, overlap=ov[0], delay_wgrad=dw[0] and ov[0] if pinned_value(ctx, "moe", "delay_wgrad") is None else dw[0])
-    if pinned_value(ctx, "recompute", "granularity") is not None or pinned_value(ctx, "recompute", "modules") is not None:
+    gran, mods = pinned_value(ctx, "recompute", "granularity"), pinned_value(ctx, "recompute", "modules")
+    # a recompute pin the recipe already satisfies keeps the recipe's rung (pinning what auto chose changes nothing)
+    if (gran is not None or mods is not None) and not (
+            cand.recompute[0] == "selective" and gran in (None, "selective")
+            and (mods is None or tuple(mods) == tuple(cand.recompute[1] or ()))):
         cand = replace(cand, recompute=_rungs(ctx, cand.overlap)[0])
     return without_idle_overlap(ctx, cand)
 
@@ -918,7 +922,7 @@ def _search_pinned(ctx: Context) -> SearchResult:
         acand = anchor_candidate(ctx, anchor)
         pinned = acand != anchor_candidate(ctx, anchor, pins=False)
         # a shipped recipe run as shipped is measured to run: Scorer.fits allows it the estimate's measured error
-        anchor_scored = sc.score(acand, anchor["recipe"] + (" with the recipe's pins" if pinned else ""))
+        anchor_scored = sc.score(acand, anchor["recipe"] + (ADAPTED if pinned else ""))
         shortlist.add((acand.tp, acand.pp, acand.vpp, acand.ep, acand.etp, acand.cp))
     pool: dict[Candidate, Scored] = {s.cand: s for s in first}
     for sizes in shortlist:
@@ -994,6 +998,9 @@ def _beyond_margin(sc: Scorer, ranked: list[Scored], anchor: Scored, margin: flo
     return None
 
 
+# A shipped recipe with this intent's pins laid over it (or an EP overlap it would not use here): no longer the
+# measured plan, and explain does not call it measured.
+ADAPTED = " with this intent's changes"
 # The largest GPU count the smallest-GPU-count search tries (MEM001 says "more than" this beyond it).
 MAX_GPUS = 16384
 
@@ -1128,7 +1135,8 @@ def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None, goal: 
         what = KIND_PHRASE.get(anchor.kind or "shipped", "the reference plan")
         than = (f"{-slower:.2f} s ({gain}) {side} than {what}" if ref_won else
                 f"{-slower:.2f} s faster than the chosen plan and {gain} {side} than {what}")
-        measured = ", which is measured" if (anchor.kind or "shipped") == "shipped" else ""
+        measured = ", which is measured" if (anchor.kind or "shipped") == "shipped" and \
+            not (anchor.anchor or "").endswith(ADAPTED) else ""
         if margin == float("inf"):
             return f"predicted {than}{measured}: {_UNCOSTED.format(attention=(model or {}).get('attention'))}"
         return (f"predicted {than}{measured}: within the model's {need:.1%} error for a plan {d} "
