@@ -486,6 +486,9 @@ BOUNDARIES = [
     # MOE003: a dense prefix must leave at least one MoE layer (7 of 8 passes, 8 of 8 fails).
     ("MOE003", dict(first_k_dense=8, num_layers=8), dict(first_k_dense=7, num_layers=8)),
     ("MOE003", dict(first_k_dense=9, num_layers=8), dict(first_k_dense=None, num_layers=8)),
+    # PAR014: a node of the GPU's own size passes, one more GPU per host warns (H100: HGX/DGX 8; GB200: a tray of 4)
+    ("PAR014", dict(gpu="h100", gpus_per_node=9), dict(gpu="h100", gpus_per_node=8)),
+    ("PAR014", dict(gpu="gb200", gpus_per_node=8), dict(gpu="gb200", gpus_per_node=4)),
     # MOE004: top-k may equal the expert count (every expert, every token), one more cannot be picked
     ("MOE004", dict(moe_router_topk=17, num_moe_experts=16), dict(moe_router_topk=16, num_moe_experts=16)),
     # PAR013: heads a multiple of the KV groups (16 over 8 passes, over 6 fails); MHA (groups = heads) passes

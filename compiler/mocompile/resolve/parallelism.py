@@ -32,7 +32,8 @@ def base(ctx: Context) -> None:
                         ("gpus_per_node", hw["gpus_per_node"]), ("world_size", hw["world_size"]),
                         ("nvlink_domain", hw["nvlink_domain_effective"]), ("gpu_memory_gib", hw["memory_gib"]),
                         ("gpu_display", hw["display"])):
-        ctx.set(name, value, "hardware", f"hardware catalogue ({hw['id']}) and the recipe's hardware block")
+        ctx.set(name, value, "hardware", f"hardware catalogue ({hw['id']}) and the recipe's hardware block",
+                path=("hardware", name) if name in ("gpu", "nodes", "gpus_per_node") else None)
     ctx.set("gpu_flex_backends", sorted(b.split("-", 1)[1] for b in hw["dispatchers"]["legal"] if b.startswith("flex-")),
             "hardware", "which flex backends Megatron-Bridge accepts on this GPU")
     probed = ((hw.get("cluster") or {}).get("missing"))

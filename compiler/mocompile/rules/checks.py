@@ -25,6 +25,14 @@ def _ep_group(c: Cfg) -> int:
     return int(c["expert_model_parallel_size"]) * int(c["expert_tensor_parallel_size"])
 
 
+def node_gpus(c: Cfg) -> int | None:
+    """How many GPUs one node (one host) of this GPU type has in the hardware catalogue (a GB200 tray: 4)."""
+    from mocompile.catalogue import gpus
+
+    entry = gpus().get(c.get("gpu") or "")
+    return int(entry["gpus_per_node"]) if entry else None
+
+
 def _vpp(c: Cfg) -> int:
     return c["virtual_pipeline_model_parallel_size"] or 1
 
@@ -143,6 +151,7 @@ CHECKS: dict[str, Check] = {
     "PAR010": lambda c: bool(c["add_bias_linear"]) and c["expert_tensor_parallel_size"] != 1,
     "PAR011": lambda c: c["expert_model_parallel_size"] > c["num_moe_experts"],
     "PAR012": lambda c: bool(c["sequence_parallel"]) and c.get("transformer_impl") == "local",
+    "PAR014": lambda c: (node_gpus(c) or c["gpus_per_node"]) < c["gpus_per_node"],
     "PAR013": lambda c: bool(c.get("num_query_groups")) and c["num_attention_heads"] % c["num_query_groups"] != 0,
     "PP001": lambda c: _vpp(c) > 1 and c["pipeline_model_parallel_size"] <= 1,
     "PP002": lambda c: (not c["pipeline_model_parallel_layout"]

@@ -12,7 +12,7 @@ from mocompile import memory
 from mocompile.datafiles import load_yaml
 from mocompile.ir import Diagnostic, Plan, Position
 from mocompile.layout import layout_error
-from mocompile.rules.checks import CHECKS, DEEPEP_GROUP_SIZES, missing_package
+from mocompile.rules.checks import CHECKS, DEEPEP_GROUP_SIZES, missing_package, node_gpus
 from mocompile.versions import in_range
 
 CATALOGUE = os.path.join(os.path.dirname(__file__), "catalogue.yaml")
@@ -79,6 +79,7 @@ def context(cfg: dict[str, Any]) -> dict[str, Any]:
         hybridep_ranks=cfg.get("hybridep_ranks_per_domain"),
         te_display=f"Transformer Engine {cfg['te_version']}" if cfg.get("te_version") else "no Transformer Engine",
         stages=pp * vpp,
+        node_gpus=node_gpus(cfg),
         layers_per_rank=cfg.get("num_layers", 0) // max(1, pp),
         num_microbatches=cfg.get("global_batch_size", 0)
         // max(1, cfg.get("micro_batch_size", 1) * cfg.get("data_parallel_size", 1)),
