@@ -242,7 +242,8 @@ def climb_levers(ctx: Context, res: SearchResult) -> SearchResult:
             if ctx.goal == "throughput" else found[0]
         ctx.s["micro_batch_size"], ctx.by_micro_batch = batch
         w, ladder = trial.winner, "; ".join(tried)
-        how = "the fastest rung that fits" if ctx.goal == "throughput" else "the first rung that fits"
+        how = "the fastest rung that fits, of those tried" if ctx.goal == "throughput" else \
+            "tried in order until one fits (the last)"
         ctx.set("optimizer_state", state, "goal",
                 f"no plan fits with {base_state} Adam state on the GPU ({base_gib:.1f} GiB); the memory ladder "
                 f"(precision-aware state, activation offload, optimizer offload, Megatron-FSDP), {how}: {ladder}",
