@@ -1123,15 +1123,18 @@ def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None, goal: 
              "param_gather": "Muon's parameter all-gather after its step (Megatron-Core "
              "LayerWiseDistributedOptimizer.allgather_params, not overlapped)"}
     slower = loser.step - winner.step
-    if anchor is not None and slower < 0:
+    margin = trust_margin(model)
+    # by value, not identity: a verdict read back from the plan cache holds copies
+    ref_won = anchor is not None and winner.anchor is not None and winner.cand == anchor.cand
+    # a plan that clears the band as the chosen one does lost to the chosen plan, not to the band: said below
+    cleared = anchor is not None and not ref_won and \
+        loser.step < anchor.step * required_ratio(margin, knob_distance(loser.cand, anchor.cand))
+    if anchor is not None and slower < 0 and not cleared:
         d = knob_distance(loser.cand, anchor.cand)
-        margin = trust_margin(model)
         need = 1.0 - required_ratio(margin, d)
         rel = 1 - loser.step / anchor.step
         gain = f"{abs(rel):.1%}"
         side = "faster" if rel >= 0 else "slower"
-        # by value, not identity: a verdict read back from the plan cache holds copies
-        ref_won = winner.anchor is not None and winner.cand == anchor.cand
         what = KIND_PHRASE.get(anchor.kind or "shipped", "the reference plan")
         than = (f"{-slower:.2f} s ({gain}) {side} than {what}" if ref_won else
                 f"{-slower:.2f} s faster than the chosen plan and {gain} {side} than {what}")
@@ -1141,6 +1144,14 @@ def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None, goal: 
             return f"predicted {than}{measured}: {_UNCOSTED.format(attention=(model or {}).get('attention'))}"
         return (f"predicted {than}{measured}: within the model's {need:.1%} error for a plan {d} "
                 f"knob{'s' if d != 1 else ''} away from it")
+    if slower < 0 and goal == "throughput":
+        extra = complexity(loser.cand) - complexity(winner.cand)
+        if extra > 0 and loser.step * (1 + SIMPLICITY * complexity(loser.cand)) >= \
+                winner.step * (1 + SIMPLICITY * complexity(winner.cand)):
+            gain = f"{-slower * 1000:.0f} ms" if -slower < 1 else f"{-slower:.2f} s"
+            return (f"predicted {gain}/step faster, less than the {SIMPLICITY:.1%} a step each of its "
+                    f"{extra} extra feature{'s' if extra != 1 else ''} must buy (flex dispatcher, overlap, graphs, "
+                    "model parallelism: search.complexity)")
     step = signed_step(slower)
     step = "the same step" if step == "same predicted step" else f"{step}/step"
     return f"predicted {step} ({names.get(term, term)} {signed_step(delta)})"
