@@ -1,0 +1,607 @@
+# mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
+# mocompile: source recipes/bench/bench-te-glm-resized1.yaml (mocompile 0.1.0)
+# mocompile: checksum sha256:a272f3914e34fd38 input sha256:6e3ff08eaf4dde34
+"""bench-te-glm-resized1: Megatron-Bridge pretraining recipe compiled by mocompile.
+
+GLM-4.5-Air (106B-A12B) resized (ffn_hidden_size 2816, hidden_size 1024, moe_ffn_hidden_size 512, num_attention_heads 8, num_layers 4, num_moe_experts 16, num_query_groups 2, shared_expert_size 512, vocab_size 32000) on 1x NVIDIA H100 80GB HBM3, goal throughput.
+Each non-default line names the decision or rule behind it; run
+`mocompile explain recipes/bench/bench-te-glm-resized1.yaml` for the full reasoning. Launch with torchrun.sh or
+slurm.sbatch beside this file; `build_config()` imports without training.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import time
+
+import torch
+from megatron.bridge.recipes.glm import glm45_air_106b_pretrain_config
+from megatron.bridge.training.comm_overlap import CommOverlapConfig
+from megatron.bridge.training.config import (
+    CheckpointConfig,
+    ConfigContainer,
+    DistributedDataParallelConfig,
+    LoggerConfig,
+    MockGPTDatasetConfig,
+    OptimizerConfig,
+    RNGConfig,
+    SchedulerConfig,
+    TokenizerConfig,
+    TrainingConfig,
+    ValidationConfig,
+)
+from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+
+# Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
+# (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
+PLANNED = {'seq_length': 2048, 'ffn_hidden_size': 2816, 'hidden_size': 1024, 'moe_ffn_hidden_size': 512, 'num_attention_heads': 8, 'num_layers': 4, 'num_moe_experts': 16, 'num_query_groups': 2, 'moe_shared_expert_intermediate_size': 512, 'vocab_size': 32000, 'moe_layer_freq': [0, 1, 1, 1], 'tensor_model_parallel_size': 1, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 1, 'expert_tensor_parallel_size': 1, 'sequence_parallel': False, 'moe_token_dispatcher_type': 'alltoall', 'moe_flex_dispatcher_backend': None, 'moe_flex_dispatcher_num_sms': None, 'moe_shared_expert_overlap': True, 'moe_router_force_load_balancing': True, 'moe_grouped_gemm': True, 'recompute_granularity': None, 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': None, 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': 1, 'apply_rope_fusion': True, 'cross_entropy_loss_fusion': True, 'cross_entropy_fusion_impl': 'te', 'moe_permute_fusion': True, 'bias_activation_fusion': True, 'moe_router_fusion': True, 'deterministic_mode': False, 'fine_grained_activation_offloading': False, 'offload_modules': [], 'gradient_accumulation_fusion': False, 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None}
+
+# The launch environment this plan was compiled for (launchers export the same block).
+ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '8', 'NCCL_NVLS_ENABLE': '0', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True'}
+
+# MOCOMPILE_RANK_PROBE (rankprobe.sh, `mocompile rankprobe`): the rank this plan's memory estimate calls most loaded,
+# what the probe runs instead of what a fake process group cannot run, and the estimates it is compared with.
+RANK_PROBE = {'world_size': 1, 'rank': 0, 'stage': 0, 'stages': 1, 'rank_why': 'no pipeline: every rank holds the whole stack, the embedding, the output layer and the loss', 'iterations': 6, 'microbatches': {'plan': 4, 'probe': 2}, 'global_batch_size': 4, 'model': {}, 'substitutions': [{'field': 'global_batch_size', 'plan': 8, 'probe': 4, 'rule': 'PRB004', 'why': "2 of the plan's 4 micro-batches per iteration (the pipeline's warm-up, and so the peak, is the plan's); compute times are scaled by 4/2 to compare with the step-time model"}], 'estimate': {'plan': {'estimate_gib': 5.24, 'total_gib': 5.74, 'weights_and_optimizer_gib': 2.93, 'activations_gib': 1.27, 'logits_gib': 0.93, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.12, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 196.4, 'in_flight_microbatches': 1.0}, 'probe': {'estimate_gib': 5.24, 'total_gib': 5.74, 'weights_and_optimizer_gib': 2.93, 'activations_gib': 1.27, 'logits_gib': 0.93, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.12, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 196.4, 'in_flight_microbatches': 1.0}, 'probe_by_stage_gib': [5.24], 'difference_gib': {'allocated': 0.0, 'total': 0.0}}, 'model_compute_s': {'plan': 0.055, 'probe': 0.0275}}
+
+
+# The model's Hugging Face config travels with this recipe (model_config): Bridge's recipe reads the copy beside
+# this file instead of the hub or the node's HF cache. The lock records its sha256 (`mocompile check`).
+HF_CONFIG = {'model_id': 'zai-org/GLM-4.5-Air', 'file': 'hf_config/config.json', 'sha256': '3167d02de00ff16ce53f0a80b575038bc86752976ab2a18564a78fdb9491efe0'}
+
+
+@contextlib.contextmanager
+def vendored_hf_config():
+    """While Bridge's recipe function runs, AutoBridge.from_hf_pretrained(HF_CONFIG["model_id"], ...) reads the folder
+    of the copy beside this file (Bridge reads a local folder's config.json as it reads a hub snapshot's:
+    models/conversion/auto_bridge.py, safe_load_config_with_retry -> AutoConfig.from_pretrained). Only that id is
+    redirected; its arguments and every other call pass unchanged. Stops if the copy is not the compiled one, or
+    if the recipe never asked for the model (the config would not be the one the model is built from)."""
+    from megatron.bridge import AutoBridge
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), HF_CONFIG["file"])
+    try:
+        with open(path, "rb") as fh:
+            digest = hashlib.sha256(fh.read()).hexdigest()
+    except OSError as exc:
+        raise SystemExit(f"mocompile: {path} cannot be read ({exc}); run `mocompile compile`") from None
+    if digest != HF_CONFIG["sha256"]:
+        raise SystemExit(f"mocompile: {path} is not the config compiled into this recipe (sha256 {digest[:16]}, "
+                         f"the lock's {HF_CONFIG['sha256'][:16]}); run `mocompile compile`")
+    original = AutoBridge.__dict__.get("from_hf_pretrained")
+    load = AutoBridge.from_hf_pretrained.__func__
+    used = []
+
+    def from_hf_pretrained(cls, path_or_id, **kwargs):
+        if str(path_or_id) == HF_CONFIG["model_id"]:
+            used.append(path_or_id)
+            path_or_id = os.path.dirname(path)
+        return load(cls, path_or_id, **kwargs)
+
+    AutoBridge.from_hf_pretrained = classmethod(from_hf_pretrained)
+    try:
+        yield
+    finally:
+        if original is None:
+            del AutoBridge.from_hf_pretrained
+        else:
+            AutoBridge.from_hf_pretrained = original
+    if not used:
+        raise SystemExit(f"mocompile: Bridge's recipe did not load {HF_CONFIG['model_id']} through "
+                         "AutoBridge.from_hf_pretrained: the vendored config was not used")
+
+
+def build_config() -> ConfigContainer:
+    """Build the ConfigContainer for this plan (importable without starting training)."""
+    with vendored_hf_config():
+        cfg = glm45_air_106b_pretrain_config()  # Bridge's own recipe for GLM-4.5-Air (106B-A12B) resized (ffn_hidden_size 2816, hidden_size 1024, moe_ffn_hidden_size 512, num_attention_heads 8, num_layers 4, num_moe_experts 16, num_query_groups 2, shared_expert_size 512, vocab_size 32000) (reads the vendored HF config of zai-org/GLM-4.5-Air)
+    # to_megatron_provider records the folder it read; checkpoints name the model as Bridge's recipe does
+    cfg.model.hf_model_id = HF_CONFIG["model_id"]
+    # Bridge's recipe config, then only what the plan decides, field by field (each line names the decision);
+    # everything else stays the recipe's (its optimizer, DDP and data-loader options, logger, environment).
+    cfg.optimizer.use_precision_aware_optimizer = False  # training.optimizer_state fp32: default: auto: fp32 master and moments unless no plan fits
+    cfg.optimizer.main_params_dtype = torch.float32  # fp32 master
+    cfg.optimizer.exp_avg_dtype = torch.float32  # first moment
+    cfg.optimizer.exp_avg_sq_dtype = torch.float32  # second moment
+    cfg.optimizer.main_grads_dtype = torch.float32  # fp32 main gradients
+    cfg.optimizer.optimizer_cpu_offload = False  # training.optimizer_offload 0: default: auto: on the GPU unless no plan fits
+    cfg.optimizer.optimizer_offload_fraction = 0.0  # share stepped on the CPU
+    if cfg.comm_overlap is None:
+        cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=False)
+    cfg.train.train_iters = 20  # user: pinned in the recipe
+    cfg.train.global_batch_size = 8  # user: pinned in the recipe
+    cfg.train.micro_batch_size = 2  # user: pinned in the recipe
+    cfg.train.exit_signal_handler = False  # derived: nothing to save on SIGTERM
+    cfg.train.manual_gc = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: Python GC only every 100 steps, never inside a step (the GC pauses it removes are a cause of step-time jitter)
+    cfg.train.manual_gc_interval = 100  # goal: Bridge perf_recipes/_common.py::_benchmark_common; one full collection (0.54 s measured in a Bridge run) every 100 steps costs 5.4 ms a step
+    cfg.optimizer.bf16 = True  # user: from precision bf16
+    cfg.optimizer.fp16 = False  # user: from precision bf16
+    cfg.scheduler.lr_warmup_iters = 2  # derived: a tenth of train_iters, at most 500: the schedule fits the run's length
+    cfg.scheduler.lr_decay_iters = 20  # derived: cosine decay over the whole run (train_iters)
+    cfg.dataset.seq_length = 2048  # user: pinned in the recipe
+    cfg.dataset.random_seed = 1234  # user: pinned in the recipe
+    cfg.dataset.blend = None  # derived: mock data has no blend
+    cfg.logger.log_interval = 1  # default: log every iteration
+    cfg.logger.tensorboard_dir = None  # default: no TensorBoard
+    cfg.checkpoint.save = None  # default: no checkpoint key: nothing is saved
+    cfg.checkpoint.load = None  # default: no resume directory
+    cfg.checkpoint.save_interval = None  # default: nothing is saved
+    cfg.checkpoint.ckpt_format = 'torch_dist'  # default: torch_dist: the format Bridge 0.6.2 saves and resumes without Megatron FSDP
+    cfg.checkpoint.async_save = False  # default: synchronous saves
+    cfg.checkpoint.pretrained_checkpoint = None  # default: weights start from random init
+    cfg.validation.eval_iters = 0  # derived: no evaluation: no validation batches are built
+    cfg.validation.eval_interval = None  # default: no evaluation during training
+    cfg.ddp.grad_reduce_in_fp32 = False  # goal: Bridge perf_recipes/_common.py::_benchmark_common: gradients reduced in BF16 (half the DP traffic)
+    cfg.ddp.use_distributed_optimizer = True  # the distributed optimizer (Muon: plain DDP); default: schema default: Megatron's distributed Adam
+    cfg.ddp.overlap_grad_reduce = False  # derived: no data parallelism
+    cfg.ddp.overlap_param_gather = False  # derived: follows overlap_grad_reduce
+    cfg.comm_overlap.tp_comm_overlap = False  # derived: TP communication overlap needs TE userbuffers set up for the exact shapes; mocompile does not plan it (Bridge's CommOverlapConfig.tp_comm_overlap)
+    cfg.comm_overlap.overlap_moe_expert_parallel_comm = False  # goal: part of the chosen plan (0.13 s/step; see tensor_model_parallel_size); overlap on: illegal or does not fit
+    cfg.comm_overlap.delay_wgrad_compute = False  # goal: part of the chosen plan (0.13 s/step; see tensor_model_parallel_size)
+    cfg.comm_overlap.overlap_p2p_comm = False  # derived: no interleaved pipeline
+    cfg.comm_overlap.batch_p2p_comm = False  # derived: not needed
+    cfg.comm_overlap.overlap_grad_reduce = False  # derived: no data parallelism
+    cfg.comm_overlap.overlap_param_gather = False  # derived: follows overlap_grad_reduce
+    cfg.rng.seed = 1234  # user: pinned in the recipe
+    cfg.rng.te_rng_tracker = False  # derived: no graphs
+    # mock data: no tokenizer files (nothing downloaded at start-up)
+    cfg.tokenizer = TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=32000)
+    model = cfg.model
+    model.seq_length = 2048  # training.seq_length
+    model.ffn_hidden_size = 2816  # model: glm-4.5-air resized (the intent's number; the recipe built glm-4.5-air's)
+    model.hidden_size = 1024  # model: glm-4.5-air resized (the intent's number; the recipe built glm-4.5-air's)
+    model.moe_ffn_hidden_size = 512  # model: glm-4.5-air resized (the intent's number; the recipe built glm-4.5-air's)
+    model.num_attention_heads = 8  # model: glm-4.5-air resized (the intent's number; the recipe built glm-4.5-air's)
+    model.num_layers = 4  # model: glm-4.5-air resized (the intent's number; the recipe built glm-4.5-air's)
+    model.num_moe_experts = 16  # model: glm-4.5-air resized (the intent's number; the recipe built glm-4.5-air's)
+    model.num_query_groups = 2  # model: glm-4.5-air resized (the intent's number; the recipe built glm-4.5-air's)
+    model.moe_shared_expert_intermediate_size = 512  # model: glm-4.5-air resized (the intent's number; the recipe built glm-4.5-air's)
+    model.vocab_size = 32000  # model: glm-4.5-air resized (the intent's number; the recipe built glm-4.5-air's)
+    model.moe_layer_freq = [0, 1, 1, 1]  # model: glm-4.5-air resized (the intent's number; the recipe built glm-4.5-air's)
+    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.13 s/step, 117 TFLOPS/GPU, 5.7 GiB (of 19 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.131 s/step: the fastest plan found (TP1 PP1 EP1, alltoall, overlap off, recompute none, graphs te_rp) is predicted 0.128 s/step, 2.6% faster, inside the model's 16.1% error for a plan 1 knob away
+    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.13 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.13 s/step; see tensor_model_parallel_size)
+    model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (0.13 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 1  # goal: part of the chosen plan (0.13 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (0.13 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = False  # goal: part of the chosen plan (0.13 s/step; see tensor_model_parallel_size)
+    model.moe_token_dispatcher_type = 'alltoall'  # goal: part of the chosen plan (0.13 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep illegal or does not fit; hybridep illegal or does not fit; ncclep not offered (the target stack has no NCCL EP: DSP011)
+    model.moe_flex_dispatcher_backend = None  # goal: part of the chosen plan (0.13 s/step; see tensor_model_parallel_size); alternatives on this layout: deepep illegal or does not fit; hybridep illegal or does not fit; ncclep not offered (the target stack has no NCCL EP: DSP011)
+    model.moe_flex_dispatcher_num_sms = None  # derived: no flex dispatcher
+    model.moe_shared_expert_overlap = True  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
+    model.moe_router_force_load_balancing = True  # user: pinned in the recipe
+    model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 5.7 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 5.7 GiB <= 74 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 5.7 GiB <= 74 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 5.7 GiB <= 74 GiB usable
+    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (0.13 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (0.13 s/step; see tensor_model_parallel_size)
+    model.use_te_rng_tracker = False  # derived: no graphs
+    model.mtp_num_layers = 1  # model: model catalogue (glm-4.5-air+custom)
+    model.apply_rope_fusion = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: fused RoPE (TE >= 1.4)
+    model.cross_entropy_loss_fusion = True  # goal: Bridge perf_recipes/_common.py::_benchmark_common: fused cross-entropy in TE
+    model.cross_entropy_fusion_impl = 'te'  # goal: Bridge perf_recipes/_common.py::_benchmark_common: cross_entropy_fusion_impl='te'
+    model.moe_permute_fusion = True  # goal: perf recipes fuse token permutation (TE >= 2.1; the unfused permute is part of why the published alltoall run without it took 41.25 s vs 24.71 s for HybridEP)
+    model.bias_activation_fusion = True  # derived: fused SwiGLU/quick-GeGLU with the router probabilities (Megatron-Core weighted_bias_swiglu_impl): less activation memory than the unfused GLU, as Bridge's perf recipes set it
+    model.moe_router_fusion = True  # goal: Bridge's perf recipes fuse top-k routing and the aux loss (TE >= 2.7, megatron/core/transformer/moe/moe_utils.py)
+    model.deterministic_mode = False  # default: schema default: Megatron's fast kernels, not bitwise reproducible
+    model.fine_grained_activation_offloading = False  # derived: no module offloaded
+    model.offload_modules = []  # default: auto: activations stay on the GPU unless no plan fits
+    model.gradient_accumulation_fusion = False  # derived: no Apex in the target stack (versions.apex: none): Megatron-Core's output layer (ColumnParallelLinear) raises with it on
+    model.cuda_graph_scope = None  # deprecated alias of cuda_graph_modules; both set raises
+    model.moe_deepep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms
+    model.moe_hybridep_num_sms = None  # deprecated alias of moe_flex_dispatcher_num_sms
+    model.account_for_embedding_in_pipeline_split = False  # pipeline split comes from the plan (layout or even split)
+    model.account_for_loss_in_pipeline_split = False  # pipeline split comes from the plan (layout or even split)
+    model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
+    model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
+    cfg.mixed_precision = get_mixed_precision_config('bf16_mixed')
+    # the precision config writes this into the DDP config at setup: set it here, not only above
+    cfg.mixed_precision.grad_reduce_in_fp32 = False
+    cfg.env_vars = {**(cfg.env_vars or {}), **ENV_VARS}  # the recipe's environment, the plan's block on top
+    check_plan(cfg)
+    return cfg
+
+
+def check_plan(cfg: ConfigContainer) -> None:
+    """Stop if Bridge's helpers changed a field the plan decided (e.g. a silent fallback)."""
+    changed = {k: (getattr(cfg.model, k, None), v) for k, v in PLANNED.items() if getattr(cfg.model, k, None) != v}
+    if changed:
+        detail = ", ".join(f"{k}={have!r} (plan: {want!r})" for k, (have, want) in sorted(changed.items()))
+        raise SystemExit(f"mocompile: the built config differs from the compiled plan: {detail}")
+
+
+def step_metrics_callback(path: str):
+    """A Bridge callback writing one JSON line per step to ``path`` on rank 0: time, loss, peak memory."""
+    import torch
+    from megatron.bridge.training.callbacks import Callback
+
+    class StepMetrics(Callback):
+        def __init__(self) -> None:
+            self.start = 0.0
+
+        def on_train_step_start(self, context) -> None:
+            torch.cuda.synchronize()
+            self.start = time.perf_counter()
+
+        def on_train_step_end(self, context) -> None:
+            torch.cuda.synchronize()
+            if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
+                return
+            losses = {k: float(v) for k, v in (context.loss_dict or {}).items() if hasattr(v, "__float__")}
+            row = {
+                "iteration": int(context.state.train_state.step) + 1,  # Bridge increments after this hook
+                "step_ms": (time.perf_counter() - self.start) * 1000.0,
+                "loss": losses.get("lm loss"),
+                "max_memory_allocated": torch.cuda.max_memory_allocated(),
+                "max_memory_reserved": torch.cuda.max_memory_reserved(),
+            }
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(row) + "\n")
+
+    return StepMetrics()
+
+
+def probe_kernels(path: str) -> None:
+    """MOCOMPILE_PROBE_KERNELS=<file>: measure instead of training (`mocompile probe` runs this through the
+    launcher). BF16 GEMMs at this plan's shapes, the host's launch time for a tiny kernel, and NCCL
+    all-to-all over the ranks of each node and, across nodes, over all ranks; rank 0 writes one JSON object."""
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    dev = torch.device("cuda", local)
+
+    def timed(fn, reps: int, warm: int) -> float:
+        for _ in range(warm):
+            fn()
+        torch.cuda.synchronize()
+        marks = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+        for start, end in marks:
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        return statistics.median(start.elapsed_time(end) for start, end in marks) * 1e3  # microseconds
+
+    gemm = []
+    for what, m, n, k in [('reference', 8192, 8192, 8192), ('attention qkv', 4096, 1536, 1024), ('expert fc1', 2048, 1024, 1024), ('expert fc2', 2048, 1024, 512)]:
+        a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+        b = torch.randn(k, n, device=dev, dtype=torch.bfloat16)
+        us = timed(lambda: a @ b, reps=20, warm=5)
+        gemm.append({"what": what, "m": m, "n": n, "k": k, "us": us, "tflops": 2.0 * m * n * k / us / 1e6})
+        del a, b
+    x = torch.zeros(16, device=dev)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(2000):
+        x.add_(1.0)
+    launch_us = (time.perf_counter() - t0) / 2000 * 1e6
+    torch.cuda.synchronize()
+
+    def all_to_all(group, ranks: int) -> list:
+        points = []
+        for size in [65536, 262144, 1048576, 4194304, 16777216, 67108864, 268435456]:
+            send = torch.ones(size // 2, device=dev, dtype=torch.bfloat16)
+            recv = torch.empty_like(send)
+            dist.barrier()
+            us = timed(lambda: dist.all_to_all_single(recv, send, group=group), reps=10, warm=3)
+            slowest = torch.tensor([us], device=dev)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            points.append({"bytes": size, "us": float(slowest.item())})
+        return points
+
+    intra = None
+    nodes = world // per_node
+    groups = [dist.new_group(list(range(i * per_node, (i + 1) * per_node))) for i in range(nodes)]
+    if per_node > 1:
+        intra = all_to_all(groups[rank // per_node], per_node)
+    inter = all_to_all(None, world) if nodes > 1 else None
+    if rank == 0:
+        out = {"device_name": torch.cuda.get_device_name(dev), "world": world, "per_node": per_node,
+               "torch": torch.__version__, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+               "gemm": gemm, "launch_us": launch_us, "all_to_all": {"nccl_intra_node": intra, "nccl_world": inter}}
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(out) + "\n")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _simulate_collectives() -> None:
+    """torch's fake process group skips every collective and leaves its outputs as allocated, uninitialised
+    (NVIDIA/Megatron-LM#3025): the alltoall dispatcher would size its buffers from garbage token counts. Fill the
+    outputs as if every rank held this rank's data (uniform ranks): an all-gather repeats the input, a reduce-scatter
+    keeps this rank's chunk, an all-to-all returns what was sent, a receive gets small random activations. The
+    fills copy into the outputs Megatron allocated: no memory beyond the real job's."""
+    import sys
+
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    def _flat(t):
+        return t.view(-1) if t.is_contiguous() else None
+
+    def _overlaps(a, b) -> bool:
+        return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+    @torch.no_grad()
+    def _repeat(out, inp) -> None:  # out <- inp, inp, ... (as much as fits)
+        o, i = _flat(out), _flat(inp)
+        if o is None or i is None or o.numel() == 0 or _overlaps(out, inp):
+            return
+        if i.numel() == 0:
+            o.zero_()
+            return
+        for start in range(0, o.numel(), i.numel()):
+            n = min(i.numel(), o.numel() - start)
+            o[start:start + n].copy_(i[:n])
+
+    def all_gather_into_tensor(output_tensor, input_tensor, *args, **kwargs):
+        return _repeat(output_tensor, input_tensor)
+
+    def all_gather(tensor_list, tensor, *args, **kwargs):
+        for t in tensor_list:
+            _repeat(t, tensor)
+
+    def reduce_scatter_tensor(output, input, *args, **kwargs):
+        group = kwargs.get("group", args[1] if len(args) > 1 else None)
+        i = _flat(input)
+        if i is not None and not _overlaps(output, input) and i.numel() >= output.numel() * dist.get_world_size(group):
+            r = dist.get_rank(group)
+            _repeat(output, i[r * output.numel():(r + 1) * output.numel()])
+
+    def all_to_all_single(output, input, *args, **kwargs):
+        _repeat(output, input)
+
+    def all_to_all(output_tensor_list, input_tensor_list, *args, **kwargs):
+        for o, i in zip(output_tensor_list, input_tensor_list):
+            _repeat(o, i)
+
+    @torch.no_grad()
+    def _recv(tensor, *args, **kwargs):
+        if tensor.is_floating_point():
+            tensor.normal_(0.0, 0.02)
+        else:
+            tensor.zero_()
+
+    fills = {"all_gather_into_tensor": all_gather_into_tensor, "_all_gather_base": all_gather_into_tensor,
+             "all_gather": all_gather, "reduce_scatter_tensor": reduce_scatter_tensor,
+             "_reduce_scatter_base": reduce_scatter_tensor, "all_to_all_single": all_to_all_single,
+             "all_to_all": all_to_all, "irecv": _recv, "recv": _recv}
+    swap = {}
+    for name, fill in fills.items():
+        real = getattr(c10d, name, None)
+        if real is None:
+            continue
+
+        def wrapper(*args, _real=real, _fill=fill, _name=name, **kwargs):
+            real_args, real_kwargs = args, kwargs
+            if _name == "all_gather":
+                # torch's fake group checks every output against the input's size; Megatron-Core's layer-wise
+                # optimizer (Muon, optimizer/layer_wise_optimizer.py _allgather_helper) gathers uneven shards: the
+                # fake group gets the input as every output (no allocation), the real outputs are filled below
+                outs = args[0] if args else kwargs.get("tensor_list")
+                inp = args[1] if len(args) > 1 else kwargs.get("tensor")
+                if outs and inp is not None and any(t.shape != inp.shape for t in outs):
+                    real_args = ([inp] * len(outs),) + tuple(args[1:]) if args else args
+                    if not args:
+                        real_kwargs = dict(kwargs, tensor_list=[inp] * len(outs))
+            work = _real(*real_args, **real_kwargs)
+            _fill(*args, **kwargs)
+            return work
+
+        wrapper.__name__ = wrapper.__qualname__ = name
+        swap[id(real)] = wrapper
+        setattr(c10d, name, wrapper)
+        setattr(dist, name, wrapper)
+    # modules that bound a collective at import (Megatron's `dist_all_gather_func = torch.distributed....`)
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "__name__", "").startswith(("megatron", "transformer_engine")):
+            for attr, value in list(vars(mod).items()):
+                if callable(value) and id(value) in swap:
+                    setattr(mod, attr, swap[id(value)])
+
+
+def _site(frames: list, roots: tuple[str, ...]) -> str:
+    """The innermost frame under one of ``roots`` (a path fragment), as ``package/file.py:line function``."""
+    for fr in frames:
+        name = str(fr.get("filename", ""))
+        for root in roots:
+            at = name.rfind(root)
+            if at >= 0:
+                return f"{name[at + 1:]}:{fr.get('line')} {fr.get('name')}"
+    return "(no Python frame: allocated by autograd or a C++ extension)"
+
+
+def _peak_sites(snapshot: dict, top: int = 40) -> dict:
+    """Where the allocated bytes sat at the traced peak (MOCOMPILE_RANK_PROBE_SITES=1): replay the caching
+    allocator's trace (torch.cuda.memory._snapshot()["device_traces"]: alloc / free_requested / free_completed),
+    find its highest point and sum the blocks alive there by the innermost Megatron / Transformer Engine frame that
+    allocated them, and by the innermost Megatron-Core module frame. A diagnosis of the estimate, not a measurement
+    of the peak (the peak allocated memory is torch.cuda.max_memory_allocated)."""
+    events = [e for e in (snapshot.get("device_traces") or [[]])[0] if isinstance(e, dict)]
+
+    def replay(stop: int) -> tuple[dict, int, int, int]:
+        live: dict = {}
+        cur = peak = 0
+        at = -1
+        for i, e in enumerate(events[:stop]):
+            act, addr = e.get("action"), e.get("addr")
+            if act == "alloc":
+                live[addr] = e
+                cur += int(e.get("size", 0))
+                if cur > peak:
+                    peak, at = cur, i
+            elif act in ("free_requested", "free_completed") and addr in live:
+                cur -= int(live.pop(addr).get("size", 0))
+        return live, cur, peak, at
+
+    _, _, peak, at = replay(len(events))
+    live, _, _, _ = replay(at + 1)
+    kernels = ("/transformer_engine/", "/megatron/", "/torch/nn/", "/torch/distributed/")
+    modules = ("/megatron/core/transformer/", "/megatron/core/models/", "/megatron/core/ssm/", "/megatron/core/")
+
+    def grouped(roots: tuple[str, ...]) -> list:
+        sums: dict = {}
+        for e in live.values():
+            key = _site(e.get("frames") or [], roots)
+            n, b = sums.get(key, (0, 0))
+            sums[key] = (n + 1, b + int(e.get("size", 0)))
+        ranked = sorted(sums.items(), key=lambda kv: -kv[1][1])[:top]
+        return [{"site": k, "blocks": n, "gib": round(b / 2**30, 3)} for k, (n, b) in ranked]
+
+    return {"traced_peak_gib": round(peak / 2**30, 3), "events": len(events), "peak_event": at,
+            "by_allocation_site": grouped(kernels), "by_module": grouped(modules)}
+
+
+def rank_probe(path: str) -> None:
+    """MOCOMPILE_RANK_PROBE=<file> (rankprobe.sh, `mocompile rankprobe`): one rank of this plan, at its full size, on
+    this process's one GPU under torch's fake process group (Megatron-LM's --fake-process-group: collectives skipped,
+    RANK and WORLD_SIZE the target's). The rank builds its real model shard and optimizer state and runs real forward
+    and backward passes on its share of the batch; every step's time and peak memory go to ``path`` (JSON), beside
+    the memory estimate. MOCOMPILE_RANK_PROBE_RANK picks another rank, MOCOMPILE_RANK_PROBE_ITERS the iterations."""
+    import torch
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    spec = RANK_PROBE
+    world = int(spec["world_size"])
+    try:
+        rank = int(os.environ.get("MOCOMPILE_RANK_PROBE_RANK") or spec["rank"])
+        iters = int(os.environ.get("MOCOMPILE_RANK_PROBE_ITERS") or spec["iterations"])
+    except ValueError as exc:
+        raise SystemExit(f"mocompile: rank probe: {exc}") from None
+    if not 0 <= rank < world or iters < 1:
+        raise SystemExit(f"mocompile: rank probe: rank {rank} is not one of this plan's {world} or {iters} iterations < 1")
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+    torch.cuda.set_device(0)
+    gpu_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+    result = {"spec": spec, "rank": rank, "world_size": world, "device_name": torch.cuda.get_device_name(0),
+              "gpu_memory_gib": round(gpu_gib, 2), "torch": torch.__version__, "replaced_at_run_time": [],
+              "iterations": [], "max_memory_allocated": 0, "max_memory_reserved": 0, "error": None}
+
+    def write() -> None:
+        result["max_memory_allocated"] = torch.cuda.max_memory_allocated()
+        result["max_memory_reserved"] = torch.cuda.max_memory_reserved()
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(result) + "\n")
+
+    # the estimate of this rank's stage (MOCOMPILE_RANK_PROBE_RANK may pick another stage than the spec's)
+    by_stage = spec["estimate"].get("probe_by_stage_gib") or []
+    stage = min(int(spec["stages"]) - 1, rank // max(1, world // int(spec["stages"])))
+    estimate_gib = by_stage[stage] if by_stage and rank != spec["rank"] else spec["estimate"]["probe"]["estimate_gib"]
+    result["stage"], result["estimate_gib"] = stage, estimate_gib
+    if estimate_gib > gpu_gib and os.environ.get("MOCOMPILE_RANK_PROBE_FORCE") != "1":
+        result["error"] = (f"PRB001 the estimated peak of rank {rank}, {estimate_gib} GiB, "
+                           f"exceeds this GPU's {gpu_gib:.1f} GiB (MOCOMPILE_RANK_PROBE_FORCE=1 runs it anyway)")
+        write()
+        raise SystemExit(f"mocompile: {result['error']}")
+    sites = os.environ.get("MOCOMPILE_RANK_PROBE_SITES") == "1"
+    if sites:  # every allocation with its Python stack, from before the model is built (slows the probe)
+        torch.cuda.memory._record_memory_history(max_entries=5_000_000, stacks="python")
+
+    def diagnose() -> None:
+        if not sites:
+            return
+        try:
+            result["peak_sites"] = _peak_sites(torch.cuda.memory._snapshot())
+        except Exception as exc:  # noqa: BLE001  (a diagnosis never fails the probe)
+            result["peak_sites"] = {"error": f"{type(exc).__name__}: {exc}"}
+
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+    from megatron.bridge.training.callbacks import Callback
+    from megatron.bridge.training.gpt_step import forward_step
+    from megatron.bridge.training.pretrain import pretrain
+
+    _simulate_collectives()
+    cfg = build_config()
+    for field, value in spec["model"].items():
+        setattr(cfg.model, field, value)
+    if getattr(cfg.comm_overlap, "tp_comm_overlap", False):
+        cfg.comm_overlap.tp_comm_overlap = False
+        result["replaced_at_run_time"].append({"rule": "PRB005", "field": "comm_overlap.tp_comm_overlap",
+                                               "plan": True, "probe": False})
+    cfg.train.global_batch_size = spec["global_batch_size"]
+    cfg.train.train_iters = iters
+    cfg.scheduler.lr_warmup_iters = 0
+    cfg.scheduler.lr_decay_iters = iters
+    cfg.validation.eval_interval = None
+    cfg.validation.eval_iters = 0
+    cfg.checkpoint.save = None  # the probe never reads or writes checkpoints, logs or traces
+    cfg.checkpoint.load = None
+    cfg.checkpoint.pretrained_checkpoint = None
+    cfg.logger.tensorboard_dir = None
+    cfg.logger.wandb_project = None
+    cfg.profiling = None
+    cfg.dist.distributed_backend = "fake"
+    cfg.dist.use_gloo_process_groups = False  # as Megatron-LM's --fake-process-group
+    cfg.ddp.check_for_nan_in_grad = False
+    cfg.rerun_state_machine.check_for_nan_in_loss = False
+
+    class StepProbe(Callback):
+        def __init__(self) -> None:
+            self.start = 0.0
+
+        def on_train_start(self, context) -> None:
+            torch.cuda.synchronize()
+            result["before_first_step"] = {"allocated": torch.cuda.memory_allocated(),
+                                           "max_allocated": torch.cuda.max_memory_allocated()}
+            write()
+
+        def on_train_step_start(self, context) -> None:
+            torch.cuda.synchronize()
+            self.start = time.perf_counter()
+
+        def on_train_step_end(self, context) -> None:
+            torch.cuda.synchronize()
+            losses = {k: float(v) for k, v in (context.loss_dict or {}).items() if hasattr(v, "__float__")}
+            result["iterations"].append({
+                "iteration": int(context.state.train_state.step) + 1,
+                "step_ms": (time.perf_counter() - self.start) * 1000.0, "loss": losses.get("lm loss"),
+                "max_memory_allocated": torch.cuda.max_memory_allocated(),
+                "max_memory_reserved": torch.cuda.max_memory_reserved()})
+            write()
+
+    try:
+        pretrain(config=cfg, forward_step_func=forward_step, callbacks=[StepProbe()])
+    except torch.cuda.OutOfMemoryError as exc:
+        result["error"] = f"out of memory: {str(exc).splitlines()[0]}"
+        diagnose()
+        write()
+        raise SystemExit(f"mocompile: rank probe: {result['error']}") from None
+    diagnose()
+    write()
+
+
+def main() -> None:
+    probe = os.environ.get("MOCOMPILE_PROBE_KERNELS")
+    if probe:
+        probe_kernels(probe)
+        return
+    rank = os.environ.get("MOCOMPILE_RANK_PROBE")
+    if rank:
+        rank_probe(rank)
+        return
+    # Training-only imports stay here so that build_config() imports on any machine.
+    from megatron.bridge.training.gpt_step import forward_step
+    from megatron.bridge.training.pretrain import pretrain
+
+    cfg = build_config()
+    metrics = os.environ.get("MOCOMPILE_METRICS")
+    pretrain(config=cfg, forward_step_func=forward_step,
+             callbacks=[step_metrics_callback(metrics)] if metrics else None)
+
+
+if __name__ == "__main__":
+    main()
