@@ -274,7 +274,7 @@ def test_throughput_climbs_a_lever_past_its_first_fitting_rung_while_the_plan_ge
     """DeepSeek-V3 on 64 B200s, bf16 moments: nothing fits without a lever. Offload 0.25 fits only a TP8 alltoall
     plan (~70 s/step); 0.5 frees enough for a TP4 PP8 HybridEP plan at ~51 s, its CPU step included. The same plan
     costs more at a heavier rung, but the freed memory lets a faster plan fit, so throughput climbs while each rung
-    is faster than the last, and stops at the first that is not (0.75 is slower: only more CPU step)."""
+    is faster than the last, and stops at the first that is not (only more CPU step)."""
     out = _settings(_intent(tmp_path, "model: deepseek-v3\nhardware: {gpu: b200, nodes: 8}\ngoal: throughput\n"
                                       "training: {seq_length: 4096, micro_batch_size: auto, global_batch_size: 1024}\n"))
     s = out["settings"]
@@ -285,4 +285,6 @@ def test_throughput_climbs_a_lever_past_its_first_fitting_rung_while_the_plan_ge
     assert step < ladder[0.25]  # ... and the heavier one's plan is faster
     assert ladder[share] == pytest.approx(step, abs=0.01) == min(ladder.values())
     assert "fastest" in s["optimizer_offload_fraction"]["reason"]
-    assert "offload 1:" not in s["optimizer_state"]["reason"]  # the climb stopped at the first rung no faster
+    # the climb stopped at the first rung no faster: every tried share before the last was faster than the one before it
+    times = [ladder[k] for k in sorted(ladder)]
+    assert all(b < a for a, b in zip(times[:-2], times[1:-1])) and (times[-1] >= times[-2] or max(ladder) == 1.0)

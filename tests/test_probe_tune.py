@@ -343,12 +343,12 @@ def test_with_micro_batch_size_auto_tune_also_measures_the_sizes_the_model_canno
     assert plans[0]["chosen"] and plans[0]["pins"]["training.micro_batch_size"] == chosen
     assert all(p["plan"].endswith(f", MBS {p['pins']['training.micro_batch_size']}") for p in plans)
     sizes = {p["pins"]["training.micro_batch_size"] for p in plans}
-    assert len(sizes) >= 2, plans  # 8 (TP2, 0.460 s) and 4 (TP1, 0.483 s) are 5 % apart, inside the 16 % band
+    assert len(sizes) >= 2, plans  # 8 and 4 (0.489 s each with the documented defaults' plan) inside the 16 % band
     fastest = min(p["predicted_s"] for p in plans)
     assert all(p["predicted_s"] <= fastest * (1 + band) for p in plans)
     # the best plan of each other size is there, and none of a size predicted beyond the band (1 and 2)
     alts = {x["micro_batch_size"]: x for x in res.plan.planner["micro_batch"]}
-    assert chosen not in alts and set(alts) >= {1, 2, 4}
+    assert chosen not in alts and set(alts) | {chosen} == {1, 2, 4, 8}
     assert alts[2]["step_time_s"] > fastest * (1 + band) and 2 not in sizes
 
 

@@ -69,9 +69,23 @@ def test_changing_an_architecture_flag_of_an_mla_model_is_refused_not_built_as_s
     assert "change only the numbers Bridge's gpt-oss-120b recipe takes" in d.hint
 
 
-def test_asking_for_standard_attention_is_a_custom_model_the_generic_provider_builds():
-    m = _model({"base": "deepseek-v3", "attention": "gqa"})  # a deliberate architecture change
+def test_asking_for_standard_attention_and_router_is_a_custom_model_the_generic_provider_builds():
+    m = _model({"base": "deepseek-v3", "attention": "gqa", "moe_router_score_function": "softmax"})  # deliberate
     assert m["bridge"]["recipe"] is None and m["attention"] == "gqa"
+
+
+def test_standard_attention_alone_keeps_a_router_the_generic_provider_lacks():
+    """DeepSeek-V3's sigmoid router with expert bias: the generic provider builds an aux-loss softmax router."""
+    d = _refusal({"base": "deepseek-v3", "attention": "gqa"})
+    assert d.rule == "MDL001" and "`sigmoid` router (with expert bias)" in d.message
+    assert "moe_router_score_function: softmax" in d.hint
+
+
+def test_a_resized_glm_keeps_bridges_glm_recipe():
+    """GLM-4.5's only difference from the generic provider the catalogue names is its router; resized, it is
+    built by GLM45Bridge (QKV bias and partial RoPE come along: tests/stack checks them)."""
+    m = _model({"base": "glm-4.5-air", "num_layers": 24})
+    assert m["bridge"]["recipe"] == "glm45_air_106b_pretrain_config" and m["resized"]["from"] == "glm-4.5-air"
 
 
 def test_a_mapping_without_base_cannot_ask_for_mla():

@@ -162,6 +162,8 @@ def _refuse_unbuildable(merged: dict[str, Any], base_id: str | None, spec: dict[
     hint = (f"change only the numbers Bridge's {base_id} recipe takes ({', '.join(sorted(RESIZABLE))}): train.py then "
             f"keeps that recipe's architecture" if base_id else
             "start from a catalogue model of that architecture with `base:` and change only its numbers")
+    if any("router" in k for k in kinds):
+        hint += "; or, to train it with the generic provider's router, set `moe_router_score_function: softmax`"
     raise InputError([Diagnostic("MDL001", "error",
                                  f"a custom model is built by Megatron-Bridge's generic GPTModelProvider, which has no "
                                  f"{', '.join(kinds)}"
