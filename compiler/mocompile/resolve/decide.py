@@ -344,6 +344,10 @@ def plan(ctx: Context) -> None:
     est = w.est
     head = (f"{GOAL_WHY[ctx.goal]}: {est.step_s:.2f} s/step, {est.tflops_per_gpu:.0f} TFLOPS/GPU, "
             f"{w.mem['total_gib']:.1f} GiB (of {res.scored} candidates scored)")
+    share = ctx["optimizer_offload_fraction"]
+    if share:  # not in the plan's label, and it can be most of the step: say it with the step it is part of
+        head += (f", with {share:g} of Adam's state and step on the host CPU ({est.terms.get('optimizer', 0.0):.2f} s of "
+                 "the step: see optimizer_offload_fraction)")
     said = verdict(w, res.reference, res.best, ctx.model)
     if said and res.reference is not None and res.reference.kind != "shipped":  # a shipped recipe is said below
         head += f"; {said}"
