@@ -287,7 +287,8 @@ def test_throughput_climbs_a_lever_past_its_first_fitting_rung_while_the_plan_ge
     assert "fastest" in s["optimizer_offload_fraction"]["reason"]
     # the climb stopped at the first rung no faster: every tried share before the last was faster than the one before it
     times = [ladder[k] for k in sorted(ladder)]
-    assert all(b < a for a, b in zip(times[:-2], times[1:-1])) and (times[-1] >= times[-2] or max(ladder) == 1.0)
+    assert all(b < a for a, b in zip(times[:-2], times[1:-1], strict=True))
+    assert times[-1] >= times[-2] or max(ladder) == 1.0
 
 
 def test_the_plan_line_names_an_optimizer_offload_and_the_step_share_it_costs(tmp_path):
