@@ -157,9 +157,9 @@ def compile_text(data: bytes | str, path: Path, sets: list[str] | None = None, u
         # Judged against this process's speed at this moment: CI charged the DeepSeek-V3-on-A100 input (1.2 CPU s
         # here) with 5.8 s twice in a row while the whole run went 1.5x slower. The reference intent, the same
         # heavy search, is compiled now; an input is slow only if it is slow relative to it as well.
-        factor = machine_factor(path.parent)
-        assert used < SLOW_S * factor, (f"{used:.2f} CPU s (> {SLOW_S} s x {factor:.2f}, the reference intent's "
-                                        f"slow-down since the session began) on input {raw[:400]!r} sets={sets}")
+        factor, limit = machine_factor(path.parent), limit_s()
+        assert used < limit * factor, (f"{used:.2f} CPU s (> {limit:.2f} s x {factor:.2f}, the reference intent's "
+                                       f"slow-down since the session began) on input {raw[:400]!r} sets={sets}")
     return outcome
 
 
@@ -191,6 +191,21 @@ def _reference_cpu(folder: Path) -> float:
             if collecting:
                 gc.enable()
     return best
+
+
+# CI's bound is a guard against blow-ups, not a benchmark (lint_speed.py measures speed): no input may cost more than
+# this many times the heaviest search the fuzzers draw (``REFERENCE``) as this machine ran it at the session's start,
+# nor more than SLOW_S where that search is fast. On a VM where the reference itself takes 1.9 CPU s a 2 s bound was
+# a coin toss (CI of 2026-11-29: the reference was the slowest input, at 1.94 s).
+HEAVY_MARGIN = 1.5
+
+
+def limit_s() -> float:
+    """The CPU seconds one input may take (before ``machine_factor``): SLOW_S in a sized (nightly) run, which holds the
+    issue's 1 s bound; in CI the larger of SLOW_S and ``HEAVY_MARGIN`` times the reference's first compile."""
+    if nightly() or not _BASELINE:
+        return SLOW_S
+    return max(SLOW_S, HEAVY_MARGIN * _BASELINE[0])
 
 
 def machine_factor(folder: Path) -> float:
