@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -229,7 +230,7 @@ def fallback(ctx: Context, sc: Any, first: list[Any], rungs_by_ov: dict[bool, li
             s = _settle(sc, cand, rungs_by_ov, f"{near['recipe']}, moved to this setting", "near")
             if s is not None:
                 return s
-    for default in defaults_ranked(ctx, sc, first, rungs_by_ov)[:SETTLE_TRIES]:
+    for default in defaults_ranked(ctx, sc, first, rungs_by_ov):
         s = _settle(sc, default, rungs_by_ov, "Megatron-Bridge MoE performance guidance", "defaults")
         if s is not None:
             return s
@@ -238,10 +239,10 @@ def fallback(ctx: Context, sc: Any, first: list[Any], rungs_by_ov: dict[bool, li
 
 def _batch_divides(ctx: Context, world: int, lay: Any) -> bool:
     """Does the global batch divide into whole micro-batches over ``lay``'s data parallelism (rule PAR007)?"""
-    mbs, gbs = ctx["micro_batch_size"], ctx["global_batch_size"]
-    if not isinstance(mbs, int) or not isinstance(gbs, int):
-        return True
-    return gbs % (mbs * max(1, world // (lay.tp * lay.pp * lay.cp))) == 0
+    from mocompile.resolve.search import batch_split
+
+    batch = batch_split(ctx, lay, world)
+    return batch is None or batch[0] % batch[1] == 0
 
 
 def _settle(sc: Any, cand: Candidate, rungs_by_ov: dict[bool, list[Any]], label: str, kind: str) -> Any:
@@ -270,19 +271,19 @@ def defaults(ctx: Context, sc: Any, first: list[Any], rungs_by_ov: dict[bool, li
     overlap only where the all-to-all crosses NVLink domains (``docs/training/communication-overlap.md``: most
     promising at larger EP with inter-node all-to-all) and the model puts more of the step in exposed
     all-to-all than its own error."""
-    ranked = defaults_ranked(ctx, sc, first, rungs_by_ov)
-    return ranked[0] if ranked else None
+    return next(defaults_ranked(ctx, sc, first, rungs_by_ov), None)
 
 
 def defaults_ranked(ctx: Context, sc: Any, first: list[Any],
-                    rungs_by_ov: dict[bool, list[Any]] | None = None) -> list[Candidate]:
-    """``defaults``' plans in the guidance's order, best first: where the first breaks a rule of this setting (a
-    global batch that does not divide over its data parallelism), the next one is the reference."""
+                    rungs_by_ov: dict[bool, list[Any]] | None = None) -> Iterator[Candidate]:
+    """``defaults``' plans in the guidance's order, best first, at most ``SETTLE_TRIES``: where the first breaks a rule
+    of this setting (a global batch that does not divide over its data parallelism), the next one is the reference.
+    Lazy: each plan's overlap is weighed (a step estimate) only when it is asked for."""
     from mocompile.resolve.search import _bools, _graph_options, trust_margin
 
     fitting = [s for s in first if s.fits]
     if not fitting:
-        return []
+        return
     nvl = ctx["nvlink_domain"]
     graphs = "none" if "none" in _graph_options(ctx) else _graph_options(ctx)[0]
     overlap = _bools(ctx, ("moe", "overlap"), [False])[0]
@@ -321,7 +322,7 @@ def defaults_ranked(ctx: Context, sc: Any, first: list[Any],
         return cand
 
     ordered = [c for _, c in sorted(enumerate(fit), key=order)]
-    return [with_overlap(c) for c in ordered[:SETTLE_TRIES]]
+    yield from map(with_overlap, ordered[:SETTLE_TRIES])
 
 
 def _light(cand: Candidate) -> bool:

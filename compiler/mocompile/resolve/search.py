@@ -614,17 +614,24 @@ def anchor_candidate(ctx: Context, a: dict[str, Any], pins: bool = True) -> Cand
     return without_idle_overlap(ctx, cand)
 
 
+def batch_split(ctx: Context, lay: Any, world: int) -> tuple[int, int] | None:
+    """(global batch, samples per step of one micro-batch on every DP rank) of a layout (or candidate) on ``world``
+    GPUs: their quotient is the micro-batches per step, whole where the first divides (rule PAR007). None while the
+    micro-batch size is still ``auto``."""
+    mbs, gbs = ctx["micro_batch_size"], ctx["global_batch_size"]
+    if not isinstance(mbs, int) or not isinstance(gbs, int):
+        return None
+    return gbs, mbs * max(1, world // (lay.tp * lay.pp * lay.cp))
+
+
 def without_idle_overlap(ctx: Context, cand: Candidate) -> Candidate:
     """A recipe's EP overlap (and the delayed wgrad that rides on it) dropped where it would hide nothing here: no
     pipeline and fewer than two micro-batches per step, which the combined 1F1B schedule needs to pair one
     micro-batch's forward with another's backward (rule OVL014). A pinned overlap stays (the rule then says so)."""
     if not cand.overlap or cand.pp > 1 or pinned_value(ctx, "moe", "overlap") is not None:
         return cand
-    mbs, gbs = ctx["micro_batch_size"], ctx["global_batch_size"]
-    if not isinstance(mbs, int) or not isinstance(gbs, int):
-        return cand
-    dp = max(1, ctx["world_size"] // (cand.tp * cand.pp * cand.cp))
-    if gbs // (mbs * dp) >= 2:
+    batch = batch_split(ctx, cand, ctx["world_size"])
+    if batch is None or batch[0] // batch[1] >= 2:
         return cand
     return replace(cand, overlap=False,
                    delay_wgrad=cand.delay_wgrad if pinned_value(ctx, "moe", "delay_wgrad") is not None else False)
@@ -702,7 +709,12 @@ def _rank_key(goal: str, scored: list[Scored] | None = None):
     if goal == "bring-up":
         return lambda s: (not s.fits, s.cand.tp * s.cand.pp * s.cand.cp, s.cand.pp, s.cand.tp,
                           s.cand.recompute[0] == "full", s.step)
-    return lambda s: (not s.fits, s.step * (1 + SIMPLICITY * complexity(s.cand)))
+    return lambda s: (not s.fits, weighted_step(s))
+
+
+def weighted_step(s: Scored) -> float:
+    """What a throughput search ranks fitting plans by: the step time, ``SIMPLICITY`` dearer per feature."""
+    return s.step * (1 + SIMPLICITY * complexity(s.cand))
 
 
 def _flip(sc: Scorer, base: Scored, **change: Any) -> float | None:
@@ -1124,13 +1136,12 @@ def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None, goal: 
              "LayerWiseDistributedOptimizer.allgather_params, not overlapped)"}
     slower = loser.step - winner.step
     margin = trust_margin(model)
+    d = knob_distance(loser.cand, anchor.cand) if anchor is not None else 0
     # by value, not identity: a verdict read back from the plan cache holds copies
     ref_won = anchor is not None and winner.anchor is not None and winner.cand == anchor.cand
     # a plan that clears the band as the chosen one does lost to the chosen plan, not to the band: said below
-    cleared = anchor is not None and not ref_won and \
-        loser.step < anchor.step * required_ratio(margin, knob_distance(loser.cand, anchor.cand))
+    cleared = anchor is not None and not ref_won and loser.step < anchor.step * required_ratio(margin, d)
     if anchor is not None and slower < 0 and not cleared:
-        d = knob_distance(loser.cand, anchor.cand)
         need = 1.0 - required_ratio(margin, d)
         rel = 1 - loser.step / anchor.step
         gain = f"{abs(rel):.1%}"
@@ -1146,8 +1157,7 @@ def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None, goal: 
                 f"knob{'s' if d != 1 else ''} away from it")
     if slower < 0 and goal == "throughput":
         extra = complexity(loser.cand) - complexity(winner.cand)
-        if extra > 0 and loser.step * (1 + SIMPLICITY * complexity(loser.cand)) >= \
-                winner.step * (1 + SIMPLICITY * complexity(winner.cand)):
+        if extra > 0 and weighted_step(loser) >= weighted_step(winner):
             gain = f"{-slower * 1000:.0f} ms" if -slower < 1 else f"{-slower:.2f} s"
             return (f"predicted {gain}/step faster, less than the {SIMPLICITY:.1%} a step each of its "
                     f"{extra} extra feature{'s' if extra != 1 else ''} must buy (flex dispatcher, overlap, graphs, "
@@ -1194,5 +1204,6 @@ def verdict(winner: Scored, ref: Scored | None, best: Scored | None, model: dict
 
 
 __all__ = ["SearchResult", "Scored", "Scorer", "anchors", "knob_distance", "layouts_for", "match_anchor",
-           "MAX_GPUS", "layout_fits", "without_idle_overlap", "leaner_layouts", "min_gpus_that_fit",
-           "required_ratio", "runs_as_shipped", "search", "settings", "shipped_plans", "why_lost"]
+           "MAX_GPUS", "batch_split", "layout_fits", "without_idle_overlap", "weighted_step",
+           "leaner_layouts", "min_gpus_that_fit", "required_ratio", "runs_as_shipped", "search", "settings",
+           "shipped_plans", "why_lost"]
