@@ -494,6 +494,15 @@ BOUNDARIES = [
     # PAR013: heads a multiple of the KV groups (16 over 8 passes, over 6 fails); MHA (groups = heads) passes
     ("PAR013", dict(num_attention_heads=16, num_query_groups=6), dict(num_attention_heads=16, num_query_groups=8)),
     ("PAR013", dict(num_attention_heads=7, num_query_groups=3), dict(num_attention_heads=7, num_query_groups=7)),
+    # PAR015: a head width that is the floor of hidden / heads warns only where the division leaves a remainder
+    # (1000 / 16 = 62.5); one head width more than the floor is a width the user chose; 1024 / 16 divides; MLA's
+    # kv_channels is its value head width, not a split of the hidden size
+    ("PAR015", dict(hidden_size=1000, num_attention_heads=16, kv_channels=62),
+     dict(hidden_size=1000, num_attention_heads=16, kv_channels=63)),
+    ("PAR015", dict(hidden_size=1000, num_attention_heads=16, kv_channels=62),
+     dict(hidden_size=992, num_attention_heads=16, kv_channels=62)),
+    ("PAR015", dict(hidden_size=1000, num_attention_heads=16, kv_channels=62),
+     dict(hidden_size=1000, num_attention_heads=16, kv_channels=62, multi_latent_attention=True)),
     # PROF: torch's schedule needs end - start >= 1; the stop runs only at step == end (<= train_iters);
     # a rank outside the job records nothing; without a TensorBoard folder the trace lands in ./torch_profile.
     ("PROF001", dict(PROFILE, profile_step_start=4, profile_step_end=4),

@@ -26,7 +26,7 @@ from mocompile import layout as layouts
 from mocompile import memory, plancache, steptime
 from mocompile.datafiles import load_yaml
 from mocompile.resolve.context import Context
-from mocompile.rules.checks import ncclep_unavailable, package_missing
+from mocompile.rules.checks import idle_overlap, ncclep_unavailable, package_missing
 from mocompile.rules.engine import VERSION_KEYS, rules
 from mocompile.steptime import Batch, Candidate, StepEstimate
 
@@ -628,10 +628,9 @@ def without_idle_overlap(ctx: Context, cand: Candidate) -> Candidate:
     """A recipe's EP overlap (and the delayed wgrad that rides on it) dropped where it would hide nothing here: no
     pipeline and fewer than two micro-batches per step, which the combined 1F1B schedule needs to pair one
     micro-batch's forward with another's backward (rule OVL014). A pinned overlap stays (the rule then says so)."""
-    if not cand.overlap or cand.pp > 1 or pinned_value(ctx, "moe", "overlap") is not None:
-        return cand
     batch = batch_split(ctx, cand, ctx["world_size"])
-    if batch is None or batch[0] // batch[1] >= 2:
+    if batch is None or not idle_overlap(cand.overlap, cand.pp, batch[0] // batch[1]) \
+            or pinned_value(ctx, "moe", "overlap") is not None:
         return cand
     return replace(cand, overlap=False,
                    delay_wgrad=cand.delay_wgrad if pinned_value(ctx, "moe", "delay_wgrad") is not None else False)

@@ -68,6 +68,13 @@ def _microbatches(c: Cfg) -> int:
     return c["global_batch_size"] // denom if denom else 0
 
 
+def idle_overlap(overlap: bool, pp: int, microbatches: int) -> bool:
+    """OVL014's condition, shared with the planner (``search.without_idle_overlap``): EP overlap with no pipeline
+    and fewer than two micro-batches per step, where Megatron-Core's combined 1F1B schedule for no pipelining has
+    no second micro-batch to pair one's forward with another's backward, so it hides nothing."""
+    return overlap and pp == 1 and microbatches < 2
+
+
 def _all_moe(c: Cfg) -> bool:
     return int(c["first_k_dense"] or 0) == 0
 
@@ -153,6 +160,8 @@ CHECKS: dict[str, Check] = {
     "PAR012": lambda c: bool(c["sequence_parallel"]) and c.get("transformer_impl") == "local",
     "PAR014": lambda c: (node_gpus(c) or c["gpus_per_node"]) < c["gpus_per_node"],
     "PAR013": lambda c: bool(c.get("num_query_groups")) and c["num_attention_heads"] % c["num_query_groups"] != 0,
+    "PAR015": lambda c: not c.get("multi_latent_attention") and c["hidden_size"] % c["num_attention_heads"] != 0
+    and c["kv_channels"] == c["hidden_size"] // c["num_attention_heads"],
     "PP001": lambda c: _vpp(c) > 1 and c["pipeline_model_parallel_size"] <= 1,
     "PP002": lambda c: (not c["pipeline_model_parallel_layout"]
                         and (c["num_layers"] % c["pipeline_model_parallel_size"] != 0
@@ -178,7 +187,7 @@ CHECKS: dict[str, Check] = {
     "OVL011": lambda c: _overlap(c) and (c["mtp_num_layers"] or 0) > 1,
     "OVL012": lambda c: _overlap(c) and _te_graphs(c) and bool({"moe", "mlp"} & set(_scopes(c))),
     "OVL013": lambda c: _overlap(c) and c["num_moe_experts"] <= 1,
-    "OVL014": lambda c: _overlap(c) and c["pipeline_model_parallel_size"] == 1 and _microbatches(c) < 2,
+    "OVL014": lambda c: idle_overlap(_overlap(c), c["pipeline_model_parallel_size"], _microbatches(c)),
     "DW001": lambda c: bool(c["delay_wgrad_compute"]) and not _overlap(c),
     "DW002": lambda c: bool(c["delay_wgrad_compute"]) and c["te_version"] is None,
     # No TE counts as older than 2.10: Megatron-Core then reads TE 0.0.0 and raises (seen in the parity run).

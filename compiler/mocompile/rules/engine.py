@@ -80,6 +80,7 @@ def context(cfg: dict[str, Any]) -> dict[str, Any]:
         te_display=f"Transformer Engine {cfg['te_version']}" if cfg.get("te_version") else "no Transformer Engine",
         stages=pp * vpp,
         node_gpus=node_gpus(cfg),
+        attention_width=(cfg.get("num_attention_heads") or 0) * (cfg.get("kv_channels") or 0),
         layers_per_rank=cfg.get("num_layers", 0) // max(1, pp),
         num_microbatches=cfg.get("global_batch_size", 0)
         // max(1, cfg.get("micro_batch_size", 1) * cfg.get("data_parallel_size", 1)),
