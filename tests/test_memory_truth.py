@@ -302,5 +302,5 @@ def test_a_shipped_recipe_over_the_headroom_says_why_its_recompute_is_not_heavie
     plan = analyse(str(path)).plan
     assert plan["shipped_recipe"] == recipe and plan["memory_estimate_gib"] > 166
     assert plan.settings["recompute_granularity"].reason == (
-        f"the shipped recipe's ({recipe}): {plan['memory_estimate_gib']:.1f} GiB, over the 166 GiB usable, run as "
+        f"the shipped recipe's ({recipe}): {plan['memory_estimate_gib']:.1f} GiB, over the 165.6 GiB usable, run as "
         "shipped (see memory_limit_gib)")

@@ -114,14 +114,17 @@ GPT_OSS_8_B200 = "model: gpt-oss-120b\nhardware: {gpu: b200, nodes: 1}\ngoal: fi
 def test_gpt_oss_120b_fits_one_b200_node_on_the_first_rung_that_fits(tmp_path):
     """fp32 state: ~246 GiB. The precision-aware states are no rungs (at the step's peak they hold 12 and 16 bytes
     against fp32's 12); activation offload moves nothing off the peak (the optimizer step's, after the activations
-    are freed); offload 0.25 (~205 GiB) does not fit the 165.6 GiB usable (92 % of 180), 0.5 (~165.4 GiB) does
-    (the offloaded share keeps nothing on the GPU), and the ladder stops there."""
+    are freed); offload 0.25 (~205 GiB) does not fit the 165.6 GiB usable (92 % of 180), 0.5 (~165 GiB: goal fit
+    weighs every recompute rung, so its plan is the least-memory one) does (the offloaded share keeps nothing on the
+    GPU), and the ladder stops there."""
     out = _settings(_intent(tmp_path, GPT_OSS_8_B200))
     s = out["settings"]
     assert s["optimizer_state"]["value"] == "fp32" and s["optimizer_offload_fraction"]["value"] == 0.5
     why = s["optimizer_state"]["reason"]
     assert "remainders" not in why and "bf16-moments" not in why and "offload 0.75" not in why
-    assert "offload 0.25: 20" in why and "offload 0.5: 165" in why
+    assert "offload 0.25: 20" in why
+    half = float(why.split("offload 0.5: ", 1)[1].split(" GiB", 1)[0])
+    assert 160.0 < half <= 165.6
     assert not [d for d in out["diagnostics"] if d["severity"] == "error"]
     assert out["memory"]["total_gib"] <= 180 * 0.92
     # host memory: 16 B per offloaded parameter, half of a GPU's ~15 G-parameter shard, 8 GPUs: under 75 % of 2 TiB

@@ -405,9 +405,10 @@ def test_a_flex_dispatcher_missing_on_the_clusters_nodes_is_named_not_priced():
     assert "not offered (deep_ep" not in why and "not offered (hybrid_ep" not in why and "deepep " in why
 
 
-def test_goal_fit_treats_memory_within_the_estimates_error_as_equal_and_takes_the_faster():
-    """Least memory first, but the estimate cannot tell 100 GiB from 109.2 GiB (its measured error is 9.2 %):
-    among those the faster plan wins; 109.3 GiB is beyond the band and ranks by memory again."""
+def test_goal_fit_treats_memory_in_one_error_wide_step_as_equal_and_takes_the_faster():
+    """Least memory first, on a fixed grid of steps as wide as the estimate's measured error (9.2 %): the estimate
+    cannot tell plans in one step apart, and the faster wins; a plan one step up ranks by memory again; an unfit plan
+    comes last whatever its speed. The grid does not move with the plans scored (a pin cannot shift it)."""
     from types import SimpleNamespace
 
     err = memory.limits()["measured_error"]
@@ -416,6 +417,14 @@ def test_goal_fit_treats_memory_within_the_estimates_error_as_equal_and_takes_th
         return SimpleNamespace(mem={"total_gib": gib}, step=step, fits=fits)
 
     assert err == 0.092
-    least, edge, beyond, huge = plan(100.0, 10.0), plan(100.0 * (1 + err), 5.0), plan(109.3, 1.0), plan(50.0, 0.1, False)
-    order = sorted([beyond, least, huge, edge], key=search._rank_key("fit", [beyond, least, huge, edge]))
-    assert order == [edge, least, beyond, huge]
+    base = (1 + err) ** 50                      # the bottom of step 50 (~81.9 GiB)
+    least, edge = plan(base * 1.001, 10.0), plan(base * (1 + err) * 0.999, 5.0)   # both in step 50
+    beyond, huge = plan(base * (1 + err) * 1.001, 1.0), plan(50.0, 0.1, False)    # step 51; unfit
+    assert search.memory_step(least.mem["total_gib"]) == search.memory_step(edge.mem["total_gib"]) == 50
+    assert search.memory_step(beyond.mem["total_gib"]) == 51
+    key = search._rank_key("fit")
+    assert sorted([beyond, least, huge, edge], key=key) == [edge, least, beyond, huge]
+    # the order of two plans does not depend on which others were scored
+    assert sorted([least, edge], key=key) == [edge, least] and sorted([beyond, least], key=key) == [least, beyond]
+    # where nothing fits, the least memory first (what MEM001 reports is the plan nearest to fitting)
+    assert sorted([plan(90.0, 1.0, False), plan(80.0, 9.0, False)], key=key)[0].mem["total_gib"] == 80.0

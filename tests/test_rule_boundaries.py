@@ -196,6 +196,32 @@ BOUNDARIES = [
     ("DSP016", dict(**FLEX_DEEPEP, expert_model_parallel_size=8, expert_tensor_parallel_size=2, world_size=16,
                     gpu_arch="blackwell"),
      dict(**FLEX_DEEPEP, expert_model_parallel_size=8, world_size=16, gpu_arch="blackwell")),
+    # DSP017 HybridEP past one NVLink domain needs DeepEP's multi-node build: a group of 16 over 8-GPU nodes warns,
+    # 8 (one node) does not, nor 16 inside one NVL72 rack's segment, nor DeepEP (DSP006 covers it)
+    ("DSP017", dict(**FLEX_HYBRIDEP, expert_model_parallel_size=16, world_size=16),
+     dict(**FLEX_HYBRIDEP, expert_model_parallel_size=8, world_size=16)),
+    ("DSP017", dict(**FLEX_HYBRIDEP, expert_model_parallel_size=16, world_size=16),
+     dict(**FLEX_HYBRIDEP, expert_model_parallel_size=16, world_size=16, nvlink_domain=16)),
+    ("DSP017", dict(**FLEX_HYBRIDEP, expert_model_parallel_size=16, world_size=16),
+     dict(**FLEX_DEEPEP, expert_model_parallel_size=16, world_size=16)),
+    # DSP018 HybridEP groups that straddle NVLink domains: 16 in a 72-GPU segment (36 GB200 trays) fails, 8 and 24
+    # (divisors of 72) pass, 16 in a 64-GPU segment (64 trays as 4 x 16) passes; 6 over 8-GPU nodes fails; a
+    # group larger than the domain is DSP005's; alltoall has no per-domain setting
+    ("DSP018", dict(**FLEX_HYBRIDEP, expert_model_parallel_size=16, world_size=144, nvlink_domain=72),
+     dict(**FLEX_HYBRIDEP, expert_model_parallel_size=8, world_size=144, nvlink_domain=72)),
+    ("DSP018", dict(**FLEX_HYBRIDEP, expert_model_parallel_size=16, world_size=144, nvlink_domain=72),
+     dict(**FLEX_HYBRIDEP, expert_model_parallel_size=24, world_size=144, nvlink_domain=72)),
+    ("DSP018", dict(**FLEX_HYBRIDEP, expert_model_parallel_size=16, world_size=144, nvlink_domain=72),
+     dict(**FLEX_HYBRIDEP, expert_model_parallel_size=16, world_size=256, nvlink_domain=64)),
+    ("DSP018", dict(**FLEX_HYBRIDEP, expert_model_parallel_size=6, world_size=48),
+     dict(**FLEX_HYBRIDEP, expert_model_parallel_size=16, world_size=48)),
+    ("DSP018", dict(**FLEX_HYBRIDEP, expert_model_parallel_size=16, world_size=144, nvlink_domain=72),
+     dict(moe_token_dispatcher_type="alltoall", expert_model_parallel_size=16, world_size=144, nvlink_domain=72)),
+    # DSP019 an SM budget only a flex dispatcher reads: set with alltoall warns, with HybridEP or unset it does not
+    ("DSP019", dict(moe_token_dispatcher_type="alltoall", moe_flex_dispatcher_num_sms=24),
+     dict(**FLEX_HYBRIDEP, moe_flex_dispatcher_num_sms=24)),
+    ("DSP019", dict(moe_token_dispatcher_type="alltoall", moe_flex_dispatcher_num_sms=24),
+     dict(moe_token_dispatcher_type="alltoall", moe_flex_dispatcher_num_sms=None)),
     ("DSP007", dict(moe_shared_expert_overlap=True, moe_shared_expert_intermediate_size=512,
                     moe_token_dispatcher_type="allgather"),
      dict(moe_shared_expert_overlap=True, moe_shared_expert_intermediate_size=512)),

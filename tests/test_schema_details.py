@@ -65,7 +65,8 @@ def test_a_custom_model_missing_numbers_lists_each_in_backquotes():
     ("h100", 2, 4, 4),     # NVLink stops at the node: four GPUs per node
     ("h100", 2, 8, 8),
     ("gb200", 4, 4, 16),   # multi-node NVLink spans the racks' trays: every GPU of the job (16 <= 72)
-    ("gb200", 32, 4, 72),  # but never past the NVL72 domain
+    ("gb200", 32, 4, 64),  # but never past a rack: 32 trays run as two Slurm segments of 16 (64 GPUs) in two racks
+    ("gb200", 36, 4, 72),  # 36 trays: two segments of 18, a whole rack each
 ])
 def test_the_effective_nvlink_domain(gpu, nodes, gpn, domain):
     hw = resolve_hardware({"hardware": {"gpu": gpu, "nodes": nodes, "gpus_per_node": gpn}})

@@ -3,7 +3,8 @@
 
 The step-time model's worst in-sample row is Qwen3-30B-A3B FP8 (current scaling) on 16 H100s: measured slower
 than its BF16 sibling, predicted faster. This times the layers' GEMMs forward + backward in BF16 and under FP8
-recipes (current scaling, delayed scaling) at Qwen3-30B's widths (hidden 2048, expert FFN 768) and at a wide
+recipes (current scaling, delayed scaling; blockwise scaling, Hopper's ``Float8BlockScaling``, with
+``FP8_RECIPES="bf16 fp8-cs fp8-blockwise"``) at Qwen3-30B's widths (hidden 2048, expert FFN 768) and at a wide
 model's (hidden 7168, expert FFN 2048), so the FP8 gain the model assumes can be checked per width.
 
     python3 benchmarks/gpu/fp8_micro.py OUT.json      (on a GPU host after benchmarks/gpu/te.sh)
@@ -13,6 +14,7 @@ passes) and GPU kernel time from the PyTorch profiler; errors are recorded, not 
 """
 from __future__ import annotations
 
+import os
 import sys
 
 from microbench import kernel_and_busy_ms, run_cases, timed, write_results
@@ -40,7 +42,10 @@ def case(te, torch, recipe_name: str, experts: int, rows: int, din: int, dout: i
     x = torch.randn(n, din, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     g = torch.randn(n, dout, device="cuda", dtype=torch.bfloat16)
     recipe = {"bf16": None, "fp8-cs": te_recipe.Float8CurrentScaling(),
-              "fp8-ds": te_recipe.DelayedScaling()}[recipe_name]
+              "fp8-ds": te_recipe.DelayedScaling(),
+              "fp8-blockwise": getattr(te_recipe, "Float8BlockScaling", lambda: None)()}[recipe_name]
+    if recipe is None and recipe_name != "bf16":
+        raise RuntimeError(f"this Transformer Engine has no recipe for {recipe_name}")
 
     def step():
         with te.fp8_autocast(enabled=recipe is not None, fp8_recipe=recipe):
@@ -60,7 +65,7 @@ def main() -> int:
 
     res: dict = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "cases": {}}
     cases = [(f"{name} {r}", (r, e, rows, din, dout)) for name, e, rows, din, dout in SHAPES
-             for r in ("bf16", "fp8-cs", "fp8-ds")]
+             for r in os.environ.get("FP8_RECIPES", "bf16 fp8-cs fp8-ds").split()]
     res["cases"] = run_cases(torch, lambda *a: case(te, torch, *a), cases)
     write_results(res, out_path, lambda r: f"{r['ms']:8.3f} ms  kernels {r['gpu_ms']:8.3f} ms  {r['tflops']:7.1f} TFLOPS", 44)
     return 0

@@ -44,6 +44,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from mocompile.catalogue import nvlink_segment
 from mocompile.datafiles import load_yaml
 from mocompile.memory import _attention_params, offloaded_bytes_per_token, parameters
 
@@ -288,6 +289,21 @@ def _distinct(picks: float, bins: float) -> float:
     return bins * (1.0 - (1.0 - 1.0 / bins) ** picks)
 
 
+def nvlink_width(hw: dict[str, Any], world: int | None = None) -> int:
+    """How many consecutive ranks share NVLink: a node, or on multi-node NVLink the job's segment of a rack
+    (``catalogue.nvlink_segment``: resolved hardware carries it; a bare catalogue entry gets the segment its job
+    size, ``world`` or its ``world_size``, would be given; with neither, the whole rack)."""
+    gpn = int(hw["gpus_per_node"])
+    if not hw.get("mnnvl"):
+        return gpn
+    if hw.get("segment_nodes"):
+        return int(hw["nvlink_domain"])
+    world = world or hw.get("world_size")
+    if not world:
+        return int(hw["nvlink_domain"])
+    return nvlink_segment(max(1, int(world) // gpn), max(1, int(hw["nvlink_domain"]) // gpn)) * gpn
+
+
 def a2a_seconds(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, tokens: float, c: dict[str, float],
                 imbalance: float) -> float:
     """One dispatch (or combine) of ``tokens`` local tokens, on the busiest rank."""
@@ -295,10 +311,12 @@ def a2a_seconds(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, tokens: 
     if group <= 1:
         return 0.0
     k = m["moe_router_topk"]
-    width = hw["nvlink_domain"] if hw.get("mnnvl") else hw["gpus_per_node"]
-    # Megatron ranks experts with their own generator (etp-ep-edp-pp): an EP group is ETP*EP
-    # consecutive ranks, so it fills a node (or an NVL72 domain) before it crosses the network.
-    local = max(1, min(cand.ep, width // cand.etp))
+    width = nvlink_width(hw)
+    # Megatron ranks experts with their own generator (etp-ep-edp-pp): an EP group is ETP*EP consecutive ranks,
+    # starting at a multiple of its size, so it fills a node (or an NVLink segment of an NVL72 rack) before it
+    # crosses the network. Where neither size divides the other, some groups straddle a domain boundary: their
+    # smallest share on one side is gcd(group, width) ranks, which the busiest rank of the slowest group sees.
+    local = max(1, math.gcd(group, width) // cand.etp)
     nodes = group / local
     token_bytes = m["hidden_size"] * 2.0
     if cand.dispatcher in FLEX_BACKENDS:
@@ -376,6 +394,8 @@ class StepModel:
         peak_bf16 = _peak_bf16(hw, c)
         self.peak_bf16 = peak_bf16                      # the attention core's, unless FP8 attention is on
         self.peak = peak_bf16 * (c["fp8_gain"] if self.fp8 else 1.0)
+        if batch.precision == "fp8-blockwise":  # its GEMMs apply per-block scales: measured slower than per-tensor
+            self.peak = peak_bf16 / (1.0 / c["fp8_gain"] + c["fp8_block_gemm_extra"])
         self.imbalance = 1.0 if batch.force_balance else c["natural_imbalance"]
         self.flops = _flops_per_token(m, f) * batch.global_batch_size * s
         self.gc_pause = manual_gc_seconds(batch.manual_gc_interval)  # the same for every candidate
@@ -432,11 +452,11 @@ class StepModel:
             f_e = m["moe_ffn_hidden_size"]
             fwd_in = h + m["num_attention_heads"] * dv + k * imbalance * (h + f_e)    # QKV, proj, fc1, fc2 inputs
             bwd_in = _attention_params(m) / h + k * imbalance * (2 * f_e + h)         # their outputs' gradients
-            # per-tensor scaling (current or delayed: an amax pass before each cast) measured on H100; MXFP8 and
-            # blockwise scales are fitted
-            per_tensor = batch.precision in PER_TENSOR_FP8
-            quant = "fp8_tensor_quant_bytes" if per_tensor else \
-                "fp8_block_quant_bytes" if batch.precision == "fp8-blockwise" else "fp8_quant_bytes"
+            # Hopper's FP8 recipes (per-tensor current or delayed scaling, blockwise scaling) at the cost measured on
+            # H100 for per-tensor scaling (blockwise pays its extra in its GEMMs: fp8_block_gemm_extra); Blackwell's
+            # block-scaled MXFP8 and NVFP4 casts are fused: fitted (fp8_quant_bytes)
+            hopper = batch.precision in PER_TENSOR_FP8 or batch.precision == "fp8-blockwise"
+            quant = "fp8_tensor_quant_bytes" if hopper else "fp8_quant_bytes"
             elem_bytes += per_rank * (fwd_in + bwd_in) * c[quant]
         t_elem = elem_bytes / (hw["hbm_tbps"] * 1e12 * HBM_EFFICIENCY)
         if not batch.te:  # the local spec runs norms, RoPE, SwiGLU, permutation and loss as many unfused kernels
@@ -805,10 +825,10 @@ def _dp_link_gbps(hw: dict[str, Any], world: int, pp: int) -> float:
 
     Megatron-Core orders ranks ``tp-cp-ep-dp-pp`` (``parallel_state.initialize_model_parallel``'s default ``order``; the
     expert ranks ``tp-ep-dp-pp`` through the same order), pipeline outermost: each pipeline stage is world / PP
-    consecutive ranks, and every DP and expert-DP group lies inside one stage. A stage that fits one node (an NVL72
-    domain on multi-node NVLink) keeps its DP collectives on NVLink; only stages wider than that use the network."""
-    width = hw["nvlink_domain"] if hw.get("mnnvl") else hw["gpus_per_node"]
-    return hw["nic_gbps"] if world // max(1, pp) > width else hw["nvlink_gbps"]
+    consecutive ranks, and every DP and expert-DP group lies inside one stage. A stage that fits one node (an NVLink
+    segment of a rack on multi-node NVLink) keeps its DP collectives on NVLink; only stages wider than that use the
+    network."""
+    return hw["nic_gbps"] if world // max(1, pp) > nvlink_width(hw, world) else hw["nvlink_gbps"]
 
 
 def _dp_exposed(dp_traffic: float, per_mb: float) -> float:

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-ep8-q30slice-deepep-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:ed3eb12dd33d513f input sha256:a967f570ef48b245
+# mocompile: checksum sha256:b04c33886cfbbc6a input sha256:a967f570ef48b245
 """bench-ep8-q30slice-deepep-off: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-30B-A3B on 8x NVIDIA H100 80GB HBM3, goal throughput.
@@ -142,9 +142,9 @@ def build_config() -> ConfigContainer:
     model.moe_router_force_load_balancing = True  # user: pinned in the recipe
     model.moe_grouped_gemm = False  # derived: grouped GEMM experts need Transformer Engine
     model.recompute_granularity = None  # user: pinned in the recipe
-    model.recompute_method = None  # goal: lightest recompute that fits: 46.8 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 46.8 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 46.8 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 46.8 GiB <= 73.6 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 46.8 GiB <= 73.6 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 46.8 GiB <= 73.6 GiB usable
     model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack: no TE graphs
     model.cuda_graph_modules = []  # goal: part of the chosen plan (0.81 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-mid-ep4-deepep-on.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:b8e2ba70a7227d28 input sha256:4e4b25309362a965
+# mocompile: checksum sha256:665efcf8dc6649d9 input sha256:4e4b25309362a965
 """bench-mid-ep4-deepep-on: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (a small test MoE) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -142,9 +142,9 @@ def build_config() -> ConfigContainer:
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = False  # derived: grouped GEMM experts need Transformer Engine
     model.recompute_granularity = None  # user: pinned in the recipe
-    model.recompute_method = None  # goal: lightest recompute that fits: 48.3 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 48.3 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 48.3 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 48.3 GiB <= 73.6 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 48.3 GiB <= 73.6 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 48.3 GiB <= 73.6 GiB usable
     model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack: no TE graphs
     model.cuda_graph_modules = []  # goal: part of the chosen plan (0.46 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs

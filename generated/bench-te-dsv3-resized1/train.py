@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-dsv3-resized1.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:ba6c04b0239f8170 input sha256:cdf18311455f6287
+# mocompile: checksum sha256:e83c0dfa059aa41b input sha256:cdf18311455f6287
 """bench-te-dsv3-resized1: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 DeepSeek-V3 (671B-A37B) resized (ffn_hidden_size 2816, first_k_dense 1, hidden_size 1024, moe_ffn_hidden_size 512, num_attention_heads 8, num_layers 4, num_moe_experts 16, num_query_groups 8, shared_expert_size 512, vocab_size 32000) on 1x NVIDIA H100 80GB HBM3, goal throughput.
@@ -174,10 +174,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = True  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = True  # user: pinned in the recipe
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = None  # goal: lightest recompute that fits: 5.3 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 5.3 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 5.3 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 5.3 GiB <= 74 GiB usable
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 5.3 GiB <= 73.6 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 5.3 GiB <= 73.6 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 5.3 GiB <= 73.6 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 5.3 GiB <= 73.6 GiB usable
     model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (0.13 s/step; see tensor_model_parallel_size)
     model.cuda_graph_modules = []  # goal: part of the chosen plan (0.13 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs

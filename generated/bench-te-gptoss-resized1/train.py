@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-gptoss-resized1.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:7ceeec1b14da6cd3 input sha256:e0b9633be70bd2b4
+# mocompile: checksum sha256:ddf5e0ba49897186 input sha256:e0b9633be70bd2b4
 """bench-te-gptoss-resized1: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 GPT-OSS-120B resized (num_layers 4, num_moe_experts 16, vocab_size 32000) on 1x NVIDIA H100 80GB HBM3, goal throughput.
@@ -168,10 +168,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = True  # user: pinned in the recipe
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = None  # goal: lightest recompute that fits: 35.6 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 35.6 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 35.6 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 35.6 GiB <= 74 GiB usable
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 35.6 GiB <= 73.6 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 35.6 GiB <= 73.6 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 35.6 GiB <= 73.6 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 35.6 GiB <= 73.6 GiB usable
     model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (0.32 s/step; see tensor_model_parallel_size)
     model.cuda_graph_modules = []  # goal: part of the chosen plan (0.32 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-off-moeact.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:6f0ec0abebdf8b81 input sha256:d12cb254db7e0bed
+# mocompile: checksum sha256:ed4c64c55aed0ca5 input sha256:d12cb254db7e0bed
 """bench-te-mid-ep4-off-moeact: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (a small test MoE) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -134,8 +134,8 @@ def build_config() -> ConfigContainer:
     model.moe_router_force_load_balancing = True  # user: pinned in the recipe
     model.moe_grouped_gemm = True  # user: pinned in the recipe
     model.recompute_granularity = 'selective'  # user: pinned in the recipe
-    model.recompute_method = None  # goal: lightest recompute that fits: 33.8 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 33.8 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 33.8 GiB <= 73.6 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 33.8 GiB <= 73.6 GiB usable
     model.recompute_modules = ['moe_act']  # user: pinned in the recipe
     model.cuda_graph_impl = 'none'  # user: pinned in the recipe
     model.cuda_graph_modules = []  # goal: part of the chosen plan (0.65 s/step; see tensor_model_parallel_size)

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-on-graphs.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:cb418e0f9fcb3b93 input sha256:8984e6a9a9dd638c
+# mocompile: checksum sha256:736ccdd5737d263a input sha256:8984e6a9a9dd638c
 """bench-te-mid-ep4-on-graphs: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (a small test MoE) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -134,9 +134,9 @@ def build_config() -> ConfigContainer:
     model.moe_router_force_load_balancing = True  # user: pinned in the recipe
     model.moe_grouped_gemm = True  # user: pinned in the recipe
     model.recompute_granularity = None  # user: pinned in the recipe
-    model.recompute_method = None  # goal: lightest recompute that fits: 37.8 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 37.8 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 37.8 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 37.8 GiB <= 73.6 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 37.8 GiB <= 73.6 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 37.8 GiB <= 73.6 GiB usable
     model.cuda_graph_impl = 'transformer_engine'  # user: pinned in the recipe
     model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # user: pinned in the recipe
     model.use_te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-on-wgrad.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:60587ec8ccc1ea96 input sha256:750694ec5ef8bfa7
+# mocompile: checksum sha256:7e1d470641484b77 input sha256:750694ec5ef8bfa7
 """bench-te-mid-ep4-on-wgrad: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (a small test MoE) on 4x NVIDIA H100 80GB HBM3, goal throughput.
@@ -134,9 +134,9 @@ def build_config() -> ConfigContainer:
     model.moe_router_force_load_balancing = True  # user: pinned in the recipe
     model.moe_grouped_gemm = True  # user: pinned in the recipe
     model.recompute_granularity = None  # user: pinned in the recipe
-    model.recompute_method = None  # goal: lightest recompute that fits: 35.8 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 35.8 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 35.8 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 35.8 GiB <= 73.6 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 35.8 GiB <= 73.6 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 35.8 GiB <= 73.6 GiB usable
     model.cuda_graph_impl = 'none'  # user: pinned in the recipe
     model.cuda_graph_modules = []  # goal: part of the chosen plan (0.87 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-tiny-real-det.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:c6ceb95e3e8af340 input sha256:f8da35af9dc5ef3b
+# mocompile: checksum sha256:6aa6f9101323dc4d input sha256:f8da35af9dc5ef3b
 """bench-te-tiny-real-det: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (a small test MoE) on 1x NVIDIA H100 80GB HBM3, goal throughput.
@@ -149,10 +149,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = None  # goal: lightest recompute that fits: 9.6 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 9.6 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 9.6 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 9.6 GiB <= 74 GiB usable
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 9.6 GiB <= 73.6 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 9.6 GiB <= 73.6 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 9.6 GiB <= 73.6 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 9.6 GiB <= 73.6 GiB usable
     model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
     model.cuda_graph_modules = []  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs

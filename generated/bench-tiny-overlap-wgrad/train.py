@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-tiny-overlap-wgrad.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:1e86b31c27cad6ca input sha256:9f316c87b45cef9a
+# mocompile: checksum sha256:44616c51aba51fb8 input sha256:9f316c87b45cef9a
 """bench-tiny-overlap-wgrad: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (a small test MoE) on 2x NVIDIA H100 80GB HBM3, goal throughput.
@@ -142,10 +142,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default [OVL010]
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = False  # derived: grouped GEMM experts need Transformer Engine
-    model.recompute_granularity = None  # goal: lightest recompute that fits: 10.2 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 10.2 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 10.2 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 10.2 GiB <= 74 GiB usable
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 10.2 GiB <= 73.6 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 10.2 GiB <= 73.6 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 10.2 GiB <= 73.6 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 10.2 GiB <= 73.6 GiB usable
     model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack: no TE graphs
     model.cuda_graph_modules = []  # goal: part of the chosen plan (0.25 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs

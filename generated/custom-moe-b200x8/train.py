@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/custom-moe-b200x8.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:5f11d75eae7f868b input sha256:6341e99c59d6e90e
+# mocompile: checksum sha256:e456f8b170ba7648 input sha256:6341e99c59d6e90e
 """custom-moe-b200x8: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 research-moe-12b on 8x NVIDIA B200 (HGX/DGX B200), goal throughput.
@@ -130,10 +130,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = None  # goal: lightest recompute that fits: 38.4 GiB <= 166 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 38.4 GiB <= 166 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 38.4 GiB <= 166 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 38.4 GiB <= 166 GiB usable
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 38.4 GiB <= 165.6 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 38.4 GiB <= 165.6 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 38.4 GiB <= 165.6 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 38.4 GiB <= 165.6 GiB usable
     model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (3.43 s/step; see tensor_model_parallel_size)
     model.cuda_graph_modules = []  # goal: part of the chosen plan (3.43 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs

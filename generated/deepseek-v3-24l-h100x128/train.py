@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-24l-h100x128.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:71263021ba4e5672 input sha256:8e988ef004e76c30
+# mocompile: checksum sha256:73edbc5bb22fdf14 input sha256:8e988ef004e76c30
 """deepseek-v3-24l-h100x128: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 DeepSeek-V3 (671B-A37B) resized (num_layers 24, num_moe_experts 128) on 128x NVIDIA H100 80GB HBM3, goal throughput.
@@ -115,10 +115,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = None  # goal: lightest recompute that fits: 72.8 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 72.8 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 72.8 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 72.8 GiB <= 74 GiB usable
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 72.8 GiB <= 73.6 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 72.8 GiB <= 73.6 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 72.8 GiB <= 73.6 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 72.8 GiB <= 73.6 GiB usable
     model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (27.04 s/step; see tensor_model_parallel_size)
     model.cuda_graph_modules = []  # goal: part of the chosen plan (27.04 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs

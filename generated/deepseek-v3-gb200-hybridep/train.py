@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-gb200-hybridep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:7645339ab5563db6 input sha256:f309484c7a7a529e
+# mocompile: checksum sha256:c62630644f66cb2f input sha256:f309484c7a7a529e
 """deepseek-v3-gb200-hybridep: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 DeepSeek-V3 (671B-A37B) on 256x NVIDIA GB200 NVL72, goal throughput.
@@ -112,10 +112,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default [OVL010]
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = 'selective'  # goal: the reference plan's (deepseek_v3_pretrain_256gpu_gb200_bf16_config with this intent's changes) recompute: 143.0 GiB <= 171 GiB usable
-    model.recompute_method = None  # goal: the reference plan's (deepseek_v3_pretrain_256gpu_gb200_bf16_config with this intent's changes) recompute: 143.0 GiB <= 171 GiB usable
-    model.recompute_num_layers = None  # goal: the reference plan's (deepseek_v3_pretrain_256gpu_gb200_bf16_config with this intent's changes) recompute: 143.0 GiB <= 171 GiB usable
-    model.recompute_modules = ['mla_up_proj']  # goal: the reference plan's (deepseek_v3_pretrain_256gpu_gb200_bf16_config with this intent's changes) recompute: 143.0 GiB <= 171 GiB usable
+    model.recompute_granularity = 'selective'  # goal: the reference plan's (deepseek_v3_pretrain_256gpu_gb200_bf16_config with this intent's changes) recompute: 143.0 GiB <= 171.1 GiB usable
+    model.recompute_method = None  # goal: the reference plan's (deepseek_v3_pretrain_256gpu_gb200_bf16_config with this intent's changes) recompute: 143.0 GiB <= 171.1 GiB usable
+    model.recompute_num_layers = None  # goal: the reference plan's (deepseek_v3_pretrain_256gpu_gb200_bf16_config with this intent's changes) recompute: 143.0 GiB <= 171.1 GiB usable
+    model.recompute_modules = ['mla_up_proj']  # goal: the reference plan's (deepseek_v3_pretrain_256gpu_gb200_bf16_config with this intent's changes) recompute: 143.0 GiB <= 171.1 GiB usable
     model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (26.91 s/step; see tensor_model_parallel_size); no graphs: same predicted step
     model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: part of the chosen plan (26.91 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-gb300x64-fsdp.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:4b3bb7b693f057c8 input sha256:61254ffce7f63ff1
+# mocompile: checksum sha256:89487ed06dc1f8de input sha256:61254ffce7f63ff1
 """deepseek-v3-gb300x64-fsdp: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 DeepSeek-V3 (671B-A37B) on 64x NVIDIA GB300 NVL72, goal throughput.
@@ -115,10 +115,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = 'selective'  # goal: lightest recompute that fits: 263.0 GiB <= 265 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 263.0 GiB <= 265 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 263.0 GiB <= 265 GiB usable
-    model.recompute_modules = ['layernorm', 'moe_act', 'mla_up_proj', 'mlp']  # goal: lightest recompute that fits: 263.0 GiB <= 265 GiB usable
+    model.recompute_granularity = 'selective'  # goal: lightest recompute that fits: 263.0 GiB <= 265.0 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 263.0 GiB <= 265.0 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 263.0 GiB <= 265.0 GiB usable
+    model.recompute_modules = ['layernorm', 'moe_act', 'mla_up_proj', 'mlp']  # goal: lightest recompute that fits: 263.0 GiB <= 265.0 GiB usable
     model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (5.79 s/step; see tensor_model_parallel_size)
     model.cuda_graph_modules = []  # goal: part of the chosen plan (5.79 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs

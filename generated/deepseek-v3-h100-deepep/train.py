@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-h100-deepep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:383863da5fa5e6b8 input sha256:6fa67c8f10564798
+# mocompile: checksum sha256:71c894a0633efc73 input sha256:6fa67c8f10564798
 """deepseek-v3-h100-deepep: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 DeepSeek-V3 (671B-A37B) on 1024x NVIDIA H100 80GB HBM3, goal throughput.
@@ -113,8 +113,8 @@ def build_config() -> ConfigContainer:
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
     model.recompute_granularity = 'selective'  # user: pinned in the recipe
-    model.recompute_method = None  # goal: the reference plan's (deepseek_v3_pretrain_1024gpu_h100_bf16_config with this intent's changes) recompute: 58.6 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: the reference plan's (deepseek_v3_pretrain_1024gpu_h100_bf16_config with this intent's changes) recompute: 58.6 GiB <= 74 GiB usable
+    model.recompute_method = None  # goal: the reference plan's (deepseek_v3_pretrain_1024gpu_h100_bf16_config with this intent's changes) recompute: 58.6 GiB <= 73.6 GiB usable
+    model.recompute_num_layers = None  # goal: the reference plan's (deepseek_v3_pretrain_1024gpu_h100_bf16_config with this intent's changes) recompute: 58.6 GiB <= 73.6 GiB usable
     model.recompute_modules = ['mla_up_proj', 'layernorm', 'moe_act']  # user: pinned in the recipe
     model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (38.44 s/step; see tensor_model_parallel_size)
     model.cuda_graph_modules = []  # goal: part of the chosen plan (38.44 s/step; see tensor_model_parallel_size)

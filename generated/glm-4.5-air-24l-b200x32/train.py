@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/glm-4.5-air-24l-b200x32.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:98fa9629d9cece01 input sha256:87ed6a2c9badb164
+# mocompile: checksum sha256:b12b0e9fbbe9af6c input sha256:87ed6a2c9badb164
 """glm-4.5-air-24l-b200x32: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 GLM-4.5-Air (106B-A12B) resized (num_layers 24, num_moe_experts 64) on 32x NVIDIA B200 (HGX/DGX B200), goal throughput.
@@ -115,10 +115,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = None  # goal: lightest recompute that fits: 69.7 GiB <= 166 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 69.7 GiB <= 166 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 69.7 GiB <= 166 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 69.7 GiB <= 166 GiB usable
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 69.7 GiB <= 165.6 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 69.7 GiB <= 165.6 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 69.7 GiB <= 165.6 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 69.7 GiB <= 165.6 GiB usable
     model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (12.02 s/step; see tensor_model_parallel_size)
     model.cuda_graph_modules = []  # goal: part of the chosen plan (12.02 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/gpt-oss-120b-18l-b200x16.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:a6261f956ede638a input sha256:f265b5c96e602115
+# mocompile: checksum sha256:4919afd2c03375b5 input sha256:f265b5c96e602115
 """gpt-oss-120b-18l-b200x16: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 GPT-OSS-120B resized (num_layers 18) on 16x NVIDIA B200 (HGX/DGX B200), goal throughput.
@@ -115,10 +115,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = 'selective'  # goal: the reference plan's (gpt_oss_120b_pretrain_64gpu_b200_bf16_config, moved to this setting) recompute: 88.3 GiB <= 166 GiB usable
-    model.recompute_method = None  # goal: the reference plan's (gpt_oss_120b_pretrain_64gpu_b200_bf16_config, moved to this setting) recompute: 88.3 GiB <= 166 GiB usable
-    model.recompute_num_layers = None  # goal: the reference plan's (gpt_oss_120b_pretrain_64gpu_b200_bf16_config, moved to this setting) recompute: 88.3 GiB <= 166 GiB usable
-    model.recompute_modules = ['layernorm', 'moe_act']  # goal: the reference plan's (gpt_oss_120b_pretrain_64gpu_b200_bf16_config, moved to this setting) recompute: 88.3 GiB <= 166 GiB usable
+    model.recompute_granularity = 'selective'  # goal: the reference plan's (gpt_oss_120b_pretrain_64gpu_b200_bf16_config, moved to this setting) recompute: 88.3 GiB <= 165.6 GiB usable
+    model.recompute_method = None  # goal: the reference plan's (gpt_oss_120b_pretrain_64gpu_b200_bf16_config, moved to this setting) recompute: 88.3 GiB <= 165.6 GiB usable
+    model.recompute_num_layers = None  # goal: the reference plan's (gpt_oss_120b_pretrain_64gpu_b200_bf16_config, moved to this setting) recompute: 88.3 GiB <= 165.6 GiB usable
+    model.recompute_modules = ['layernorm', 'moe_act']  # goal: the reference plan's (gpt_oss_120b_pretrain_64gpu_b200_bf16_config, moved to this setting) recompute: 88.3 GiB <= 165.6 GiB usable
     model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (6.16 s/step; see tensor_model_parallel_size)
     model.cuda_graph_modules = []  # goal: part of the chosen plan (6.16 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/gpt-oss-20b-h100x8-bringup.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:147e40151d260adc input sha256:230b3302bd208356
+# mocompile: checksum sha256:532ec537bc8a0150 input sha256:230b3302bd208356
 """gpt-oss-20b-h100x8-bringup: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 GPT-OSS-20B on 8x NVIDIA H100 80GB HBM3, goal bring-up.
@@ -111,10 +111,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = None  # goal: lightest recompute that fits: 73.0 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 73.0 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 73.0 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 73.0 GiB <= 74 GiB usable
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 73.0 GiB <= 73.6 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 73.0 GiB <= 73.6 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 73.0 GiB <= 73.6 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 73.0 GiB <= 73.6 GiB usable
     model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (3.20 s/step; see tensor_model_parallel_size)
     model.cuda_graph_modules = []  # goal: part of the chosen plan (3.20 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/moonlight-16b-48l-h100x32.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:76df22b008bb7b51 input sha256:de9ca518859123a1
+# mocompile: checksum sha256:bc5714d16ec35e1c input sha256:de9ca518859123a1
 """moonlight-16b-48l-h100x32: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Moonlight-16B-A3B resized (num_layers 48, num_moe_experts 128) on 32x NVIDIA H100 80GB HBM3, goal throughput.
@@ -115,10 +115,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default [OVL010]
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = None  # goal: the reference plan's (qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config, moved to this setting) recompute: 71.8 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: the reference plan's (qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config, moved to this setting) recompute: 71.8 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: the reference plan's (qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config, moved to this setting) recompute: 71.8 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: the reference plan's (qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config, moved to this setting) recompute: 71.8 GiB <= 74 GiB usable
+    model.recompute_granularity = None  # goal: the reference plan's (qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config, moved to this setting) recompute: 71.8 GiB <= 73.6 GiB usable
+    model.recompute_method = None  # goal: the reference plan's (qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config, moved to this setting) recompute: 71.8 GiB <= 73.6 GiB usable
+    model.recompute_num_layers = None  # goal: the reference plan's (qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config, moved to this setting) recompute: 71.8 GiB <= 73.6 GiB usable
+    model.recompute_modules = None  # goal: the reference plan's (qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config, moved to this setting) recompute: 71.8 GiB <= 73.6 GiB usable
     model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (16.66 s/step; see tensor_model_parallel_size); no graphs: +11 ms
     model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: part of the chosen plan (16.66 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker

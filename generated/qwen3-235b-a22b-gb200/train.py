@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-235b-a22b-gb200.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:f0cc310143529cc2 input sha256:c862d18dba0b3c94
+# mocompile: checksum sha256:ad6d93df4062505f input sha256:c862d18dba0b3c94
 """qwen3-235b-a22b-gb200: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-235B-A22B on 128x NVIDIA GB200 NVL72, goal throughput.
@@ -112,10 +112,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = None  # goal: the reference plan's (qwen3_235b_a22b_pretrain_64gpu_gb200_bf16_config) recompute: 125.5 GiB <= 171 GiB usable
-    model.recompute_method = None  # goal: the reference plan's (qwen3_235b_a22b_pretrain_64gpu_gb200_bf16_config) recompute: 125.5 GiB <= 171 GiB usable
-    model.recompute_num_layers = None  # goal: the reference plan's (qwen3_235b_a22b_pretrain_64gpu_gb200_bf16_config) recompute: 125.5 GiB <= 171 GiB usable
-    model.recompute_modules = None  # goal: the reference plan's (qwen3_235b_a22b_pretrain_64gpu_gb200_bf16_config) recompute: 125.5 GiB <= 171 GiB usable
+    model.recompute_granularity = None  # goal: the reference plan's (qwen3_235b_a22b_pretrain_64gpu_gb200_bf16_config) recompute: 125.5 GiB <= 171.1 GiB usable
+    model.recompute_method = None  # goal: the reference plan's (qwen3_235b_a22b_pretrain_64gpu_gb200_bf16_config) recompute: 125.5 GiB <= 171.1 GiB usable
+    model.recompute_num_layers = None  # goal: the reference plan's (qwen3_235b_a22b_pretrain_64gpu_gb200_bf16_config) recompute: 125.5 GiB <= 171.1 GiB usable
+    model.recompute_modules = None  # goal: the reference plan's (qwen3_235b_a22b_pretrain_64gpu_gb200_bf16_config) recompute: 125.5 GiB <= 171.1 GiB usable
     model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (19.05 s/step; see tensor_model_parallel_size); no graphs: +7 ms
     model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: part of the chosen plan (19.05 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-235b-a22b-h100-alltoall.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:784743c7214edf83 input sha256:1e05ab9d46adf773
+# mocompile: checksum sha256:106abbc9516fcc03 input sha256:1e05ab9d46adf773
 """qwen3-235b-a22b-h100-alltoall: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-235B-A22B on 256x NVIDIA H100 80GB HBM3, goal throughput.
@@ -113,10 +113,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default [OVL010]
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = None  # goal: the reference plan's (qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config) recompute: 71.0 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: the reference plan's (qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config) recompute: 71.0 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: the reference plan's (qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config) recompute: 71.0 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: the reference plan's (qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config) recompute: 71.0 GiB <= 74 GiB usable
+    model.recompute_granularity = None  # goal: the reference plan's (qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config) recompute: 71.0 GiB <= 73.6 GiB usable
+    model.recompute_method = None  # goal: the reference plan's (qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config) recompute: 71.0 GiB <= 73.6 GiB usable
+    model.recompute_num_layers = None  # goal: the reference plan's (qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config) recompute: 71.0 GiB <= 73.6 GiB usable
+    model.recompute_modules = None  # goal: the reference plan's (qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config) recompute: 71.0 GiB <= 73.6 GiB usable
     model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (27.66 s/step; see tensor_model_parallel_size)
     model.cuda_graph_modules = []  # goal: part of the chosen plan (27.66 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs

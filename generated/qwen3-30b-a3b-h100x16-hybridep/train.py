@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-30b-a3b-h100x16-hybridep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:e4ca95affa896605 input sha256:200cdf263ab29b58
+# mocompile: checksum sha256:ec9952acebc91da5 input sha256:200cdf263ab29b58
 """qwen3-30b-a3b-h100x16-hybridep: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-30B-A3B on 16x NVIDIA H100 80GB HBM3, goal throughput.
@@ -112,10 +112,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default [OVL010]
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = None  # goal: the reference plan's (qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config) recompute: 67.7 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: the reference plan's (qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config) recompute: 67.7 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: the reference plan's (qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config) recompute: 67.7 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: the reference plan's (qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config) recompute: 67.7 GiB <= 74 GiB usable
+    model.recompute_granularity = None  # goal: the reference plan's (qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config) recompute: 67.7 GiB <= 73.6 GiB usable
+    model.recompute_method = None  # goal: the reference plan's (qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config) recompute: 67.7 GiB <= 73.6 GiB usable
+    model.recompute_num_layers = None  # goal: the reference plan's (qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config) recompute: 67.7 GiB <= 73.6 GiB usable
+    model.recompute_modules = None  # goal: the reference plan's (qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config) recompute: 67.7 GiB <= 73.6 GiB usable
     model.cuda_graph_impl = 'transformer_engine'  # goal: part of the chosen plan (29.36 s/step; see tensor_model_parallel_size); no graphs: +32 ms
     model.cuda_graph_modules = ['moe_router', 'moe_preprocess']  # goal: part of the chosen plan (29.36 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = True  # derived: CUDA graphs need TE's RNG tracker

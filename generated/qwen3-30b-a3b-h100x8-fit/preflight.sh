@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-30b-a3b-h100x8-fit.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:874d3974b21ee0c4 input sha256:9f88ae4b995acb74
+# mocompile: checksum sha256:800c482a53bf021b input sha256:9f88ae4b995acb74
 # qwen3-30b-a3b-h100x8-fit: preflight, run by every launcher before torchrun. Fails in seconds with a rule ID.
 #   RUN001 the Python interpreter or torch is missing or too old
 #   RUN002 Transformer Engine is missing or too old for this plan
@@ -24,7 +24,7 @@ fi
 import os
 import sys
 
-REQUIRED_ENV = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN': '4', 'USE_MNNVL': '0'}
+REQUIRED_ENV = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN': '8', 'USE_MNNVL': '0'}
 TORCH_MIN = '2.6.0'
 TE_MIN = '1.7.0'
 DISPATCH_IMPORT = ('deep_ep', 'HybridEPBuffer')
@@ -115,7 +115,7 @@ if NEEDS_NVCC:
 # MoE layer does on every rank. A DeepEP build whose hybrid_ep_cpp crashes (seen on the project's hosts:
 # SIGSEGV in get_comm_id, DeepEP hybrid-ep 94a9f8f built there) kills the child, not this check.
 # MOCOMPILE_SKIP_HYBRIDEP_PROBE=1 skips it.
-HYBRIDEP_PROBE = {'hidden': 2048, 'tokens': 16384, 'local_experts': 32}
+HYBRIDEP_PROBE = {'hidden': 2048, 'tokens': 16384, 'local_experts': 16}
 PROBE_CODE = r"""
 import json, socket, sys
 import torch

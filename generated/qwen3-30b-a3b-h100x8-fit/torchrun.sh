@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-30b-a3b-h100x8-fit.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:fb794c4100ead31a input sha256:9f88ae4b995acb74
+# mocompile: checksum sha256:e76f9e17ce179a84 input sha256:9f88ae4b995acb74
 # qwen3-30b-a3b-h100x8-fit: torchrun launcher for 8 GPUs (1 node(s) x 8).
 # Run it on every node. Multi-node: set NNODES, NODE_RANK, MASTER_ADDR and MASTER_PORT.
 # MOCOMPILE_DRY_RUN=1 runs the preflight, prints the command and environment, and exits 0.
@@ -18,7 +18,7 @@ MASTER_PORT="${MASTER_PORT:-29500}"
 # Environment (the same block in every launcher; reasons in mocompile.lock.json).
 export CUDA_DEVICE_MAX_CONNECTIONS=32
 export NCCL_NVLS_ENABLE=0
-export NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=4
+export NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=8
 export PYTHONUNBUFFERED=1
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 export USE_MNNVL=0

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-30b-a3b-h100x8-fit.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:93c446d20f999dbf input sha256:9f88ae4b995acb74
+# mocompile: checksum sha256:2eaf08d1caba107a input sha256:9f88ae4b995acb74
 """qwen3-30b-a3b-h100x8-fit: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-30B-A3B on 8x NVIDIA H100 80GB HBM3, goal fit.
@@ -36,14 +36,14 @@ from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
 # Model fields the plan decided. Checked after Bridge's helpers ran: a silent fallback
 # (e.g. DeepEP -> alltoall on an unsupported GPU) stops the job instead of training another plan.
-PLANNED = {'seq_length': 8192, 'tensor_model_parallel_size': 2, 'pipeline_model_parallel_size': 2, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 4, 'expert_tensor_parallel_size': 1, 'sequence_parallel': True, 'moe_flex_dispatcher_num_sms': 32, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': 'selective', 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': ['layernorm', 'moe', 'core_attn'], 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': False, 'cross_entropy_fusion_impl': 'native', 'moe_permute_fusion': False, 'bias_activation_fusion': True, 'moe_router_fusion': False, 'deterministic_mode': False, 'fine_grained_activation_offloading': False, 'offload_modules': [], 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'hybridep'}
+PLANNED = {'seq_length': 8192, 'tensor_model_parallel_size': 8, 'pipeline_model_parallel_size': 1, 'virtual_pipeline_model_parallel_size': None, 'pipeline_model_parallel_layout': None, 'context_parallel_size': 1, 'expert_model_parallel_size': 8, 'expert_tensor_parallel_size': 1, 'sequence_parallel': True, 'moe_flex_dispatcher_num_sms': 32, 'moe_shared_expert_overlap': False, 'moe_router_force_load_balancing': False, 'moe_grouped_gemm': True, 'recompute_granularity': 'selective', 'recompute_method': None, 'recompute_num_layers': None, 'recompute_modules': ['layernorm', 'moe_act', 'core_attn'], 'cuda_graph_impl': 'none', 'cuda_graph_modules': [], 'use_te_rng_tracker': False, 'mtp_num_layers': None, 'apply_rope_fusion': False, 'cross_entropy_loss_fusion': False, 'cross_entropy_fusion_impl': 'native', 'moe_permute_fusion': False, 'bias_activation_fusion': True, 'moe_router_fusion': False, 'deterministic_mode': False, 'fine_grained_activation_offloading': False, 'offload_modules': [], 'cuda_graph_scope': None, 'moe_deepep_num_sms': None, 'moe_hybridep_num_sms': None, 'account_for_embedding_in_pipeline_split': False, 'account_for_loss_in_pipeline_split': False, 'num_layers_in_first_pipeline_stage': None, 'num_layers_in_last_pipeline_stage': None, 'moe_token_dispatcher_type': 'flex', 'moe_flex_dispatcher_backend': 'hybridep'}
 
 # The launch environment this plan was compiled for (launchers export the same block).
-ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_NVLS_ENABLE': '0', 'NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN': '4', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True', 'USE_MNNVL': '0'}
+ENV_VARS = {'CUDA_DEVICE_MAX_CONNECTIONS': '32', 'NCCL_NVLS_ENABLE': '0', 'NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN': '8', 'PYTHONUNBUFFERED': '1', 'PYTORCH_CUDA_ALLOC_CONF': 'expandable_segments:True', 'USE_MNNVL': '0'}
 
 # MOCOMPILE_RANK_PROBE (rankprobe.sh, `mocompile rankprobe`): the rank this plan's memory estimate calls most loaded,
 # what the probe runs instead of what a fake process group cannot run, and the estimates it is compared with.
-RANK_PROBE = {'world_size': 8, 'rank': 4, 'stage': 1, 'stages': 2, 'rank_why': 'the last of 2 pipeline stages: its in-flight activations plus the fp32 logits (8.81 GiB) are the largest of the stages (memory estimate)', 'iterations': 6, 'microbatches': {'plan': 64, 'probe': 4}, 'global_batch_size': 16, 'model': {'moe_token_dispatcher_type': 'alltoall', 'moe_router_force_load_balancing': True}, 'substitutions': [{'field': 'moe_token_dispatcher_type', 'plan': 'flex (hybridep)', 'probe': 'alltoall', 'rule': 'PRB002', 'why': "HybridEP needs real peers (its buffers exchange IPC and NVSHMEM handles at construction); Megatron-LM refuses the flex dispatcher under a fake process group. The alltoall dispatcher moves the same tokens through PyTorch's allocator; the flex dispatcher's own buffers are outside it"}, {'field': 'moe_router_force_load_balancing', 'plan': False, 'probe': True, 'rule': 'PRB003', 'why': "the tokens a rank's experts receive depend on every other rank's routing, which a fake group does not run: routing is forced to balance (random router logits), so each expert gets its mean share; the estimate's natural-routing imbalance is not measured"}, {'field': 'global_batch_size', 'plan': 256, 'probe': 16, 'rule': 'PRB004', 'why': "4 of the plan's 64 micro-batches per iteration (the pipeline's warm-up, and so the peak, is the plan's); compute times are scaled by 64/4 to compare with the step-time model"}], 'estimate': {'plan': {'estimate_gib': 69.64, 'total_gib': 70.4, 'weights_and_optimizer_gib': 57.98, 'activations_gib': 2.85, 'logits_gib': 8.81, 'dispatcher_buffers_gib': 0.26, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.0, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 4012.2, 'in_flight_microbatches': 1.0}, 'probe': {'estimate_gib': 69.64, 'total_gib': 70.14, 'weights_and_optimizer_gib': 57.98, 'activations_gib': 2.85, 'logits_gib': 8.81, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.0, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 4012.2, 'in_flight_microbatches': 1.0}, 'probe_by_stage_gib': [65.09, 69.64], 'difference_gib': {'allocated': 0.0, 'total': 0.26}}, 'model_compute_s': {'plan': 33.746, 'probe': 2.1091}}
+RANK_PROBE = {'world_size': 8, 'rank': 0, 'stage': 0, 'stages': 1, 'rank_why': 'no pipeline: every rank holds the whole stack, the embedding, the output layer and the loss', 'iterations': 6, 'microbatches': {'plan': 128, 'probe': 2}, 'global_batch_size': 4, 'model': {'moe_token_dispatcher_type': 'alltoall', 'moe_router_force_load_balancing': True}, 'substitutions': [{'field': 'moe_token_dispatcher_type', 'plan': 'flex (hybridep)', 'probe': 'alltoall', 'rule': 'PRB002', 'why': "HybridEP needs real peers (its buffers exchange IPC and NVSHMEM handles at construction); Megatron-LM refuses the flex dispatcher under a fake process group. The alltoall dispatcher moves the same tokens through PyTorch's allocator; the flex dispatcher's own buffers are outside it"}, {'field': 'moe_router_force_load_balancing', 'plan': False, 'probe': True, 'rule': 'PRB003', 'why': "the tokens a rank's experts receive depend on every other rank's routing, which a fake group does not run: routing is forced to balance (random router logits), so each expert gets its mean share; the estimate's natural-routing imbalance is not measured"}, {'field': 'global_batch_size', 'plan': 256, 'probe': 4, 'rule': 'PRB004', 'why': "2 of the plan's 128 micro-batches per iteration (the pipeline's warm-up, and so the peak, is the plan's); compute times are scaled by 128/2 to compare with the step-time model"}], 'estimate': {'plan': {'estimate_gib': 67.06, 'total_gib': 68.07, 'weights_and_optimizer_gib': 57.03, 'activations_gib': 7.82, 'logits_gib': 2.2, 'dispatcher_buffers_gib': 0.51, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.0, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 3827.5, 'in_flight_microbatches': 1.0}, 'probe': {'estimate_gib': 66.06, 'total_gib': 66.56, 'weights_and_optimizer_gib': 57.03, 'activations_gib': 6.82, 'logits_gib': 2.2, 'dispatcher_buffers_gib': 0.0, 'graph_buffers_gib': 0.0, 'unfused_wgrad_gib': 0.0, 'optimizer_step_gib': 0.0, 'params_per_gpu_m': 3827.5, 'in_flight_microbatches': 1.0}, 'probe_by_stage_gib': [66.06], 'difference_gib': {'allocated': 1.0, 'total': 1.51}}, 'model_compute_s': {'plan': 30.611, 'probe': 0.4783}}
 
 
 def build_config() -> ConfigContainer:
@@ -83,39 +83,39 @@ def build_config() -> ConfigContainer:
     cfg.validation.eval_interval = None  # default: no evaluation during training
     cfg.ddp.grad_reduce_in_fp32 = True  # goal: gradients reduced in FP32 (Megatron-Bridge's mixed-precision default)
     cfg.ddp.use_distributed_optimizer = True  # the distributed optimizer (Muon: plain DDP); default: schema default: Megatron's distributed Adam
-    cfg.ddp.overlap_grad_reduce = True  # derived: overlap the DP gradient reduce-scatter
-    cfg.ddp.overlap_param_gather = True  # derived: follows overlap_grad_reduce
+    cfg.ddp.overlap_grad_reduce = False  # derived: no data parallelism
+    cfg.ddp.overlap_param_gather = False  # derived: follows overlap_grad_reduce
     cfg.comm_overlap.tp_comm_overlap = False  # derived: TP communication overlap needs TE userbuffers set up for the exact shapes; mocompile does not plan it (Bridge's CommOverlapConfig.tp_comm_overlap)
     cfg.comm_overlap.overlap_moe_expert_parallel_comm = False  # goal: goal fit: no EP overlap (it keeps one more micro-batch of activations alive)
-    cfg.comm_overlap.delay_wgrad_compute = False  # goal: part of the chosen plan (38.14 s/step; see tensor_model_parallel_size)
+    cfg.comm_overlap.delay_wgrad_compute = False  # goal: part of the chosen plan (39.90 s/step; see tensor_model_parallel_size)
     cfg.comm_overlap.overlap_p2p_comm = False  # derived: no interleaved pipeline
-    cfg.comm_overlap.batch_p2p_comm = True  # derived: plain pipeline: batched p2p
-    cfg.comm_overlap.overlap_grad_reduce = True  # derived: overlap the DP gradient reduce-scatter
-    cfg.comm_overlap.overlap_param_gather = True  # derived: follows overlap_grad_reduce
+    cfg.comm_overlap.batch_p2p_comm = False  # derived: not needed
+    cfg.comm_overlap.overlap_grad_reduce = False  # derived: no data parallelism
+    cfg.comm_overlap.overlap_param_gather = False  # derived: follows overlap_grad_reduce
     cfg.rng.seed = 1234  # default: schema default
     cfg.rng.te_rng_tracker = False  # derived: no graphs
     # mock data: no tokenizer files (nothing downloaded at start-up)
     cfg.tokenizer = TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=151936)
     model = cfg.model
     model.seq_length = 8192  # training.seq_length
-    model.tensor_model_parallel_size = 2  # goal: lowest predicted memory (plans within the estimate's measured error of it count as equal), then fastest: 38.14 s/step, 192 TFLOPS/GPU, 70.4 GiB (of 70 candidates scored)
-    model.pipeline_model_parallel_size = 2  # goal: part of the chosen plan (38.14 s/step; see tensor_model_parallel_size)
-    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (38.14 s/step; see tensor_model_parallel_size)
+    model.tensor_model_parallel_size = 8  # goal: lowest predicted memory (in steps as wide as the estimate's measured error: plans in one step count as equal), then fastest: 39.90 s/step, 183 TFLOPS/GPU, 68.1 GiB (of 97 candidates scored)
+    model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (39.90 s/step; see tensor_model_parallel_size)
+    model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (39.90 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)
-    model.context_parallel_size = 1  # goal: part of the chosen plan (38.14 s/step; see tensor_model_parallel_size)
-    model.expert_model_parallel_size = 4  # goal: part of the chosen plan (38.14 s/step; see tensor_model_parallel_size)
-    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (38.14 s/step; see tensor_model_parallel_size)
-    model.sequence_parallel = True  # goal: part of the chosen plan (38.14 s/step; see tensor_model_parallel_size)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (39.90 s/step; see tensor_model_parallel_size)
+    model.expert_model_parallel_size = 8  # goal: part of the chosen plan (39.90 s/step; see tensor_model_parallel_size)
+    model.expert_tensor_parallel_size = 1  # goal: part of the chosen plan (39.90 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = True  # goal: part of the chosen plan (39.90 s/step; see tensor_model_parallel_size)
     model.moe_flex_dispatcher_num_sms = 32  # derived: flex dispatcher SM budget used by the shipped perf recipes
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = True  # derived: TE grouped GEMM experts
-    model.recompute_granularity = 'selective'  # goal: lightest recompute that fits: 70.4 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 70.4 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 70.4 GiB <= 74 GiB usable
-    model.recompute_modules = ['layernorm', 'moe', 'core_attn']  # goal: lightest recompute that fits: 70.4 GiB <= 74 GiB usable
-    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (38.14 s/step; see tensor_model_parallel_size)
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (38.14 s/step; see tensor_model_parallel_size)
+    model.recompute_granularity = 'selective'  # goal: lightest recompute that fits: 68.1 GiB <= 73.6 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 68.1 GiB <= 73.6 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 68.1 GiB <= 73.6 GiB usable
+    model.recompute_modules = ['layernorm', 'moe_act', 'core_attn']  # goal: lightest recompute that fits: 68.1 GiB <= 73.6 GiB usable
+    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (39.90 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (39.90 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = None  # model: model catalogue (qwen3-30b-a3b)
     model.apply_rope_fusion = False  # goal: goal fit: Megatron's default
@@ -135,7 +135,7 @@ def build_config() -> ConfigContainer:
     model.num_layers_in_first_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     model.num_layers_in_last_pipeline_stage = None  # pipeline split comes from the plan (layout or even split)
     # Bridge's own helper sets the flex dispatcher and clears shared-expert overlap.
-    apply_flex_dispatcher_backend(model, 'hybridep')  # goal: part of the chosen plan (38.14 s/step; see tensor_model_parallel_size)
+    apply_flex_dispatcher_backend(model, 'hybridep')  # goal: part of the chosen plan (39.90 s/step; see tensor_model_parallel_size)
     cfg.mixed_precision = get_mixed_precision_config('bf16_mixed')
     # the precision config writes this into the DDP config at setup: set it here, not only above
     cfg.mixed_precision.grad_reduce_in_fp32 = True
@@ -212,7 +212,7 @@ def probe_kernels(path: str) -> None:
         return statistics.median(start.elapsed_time(end) for start, end in marks) * 1e3  # microseconds
 
     gemm = []
-    for what, m, n, k in [('reference', 8192, 8192, 8192), ('attention qkv', 16384, 2560, 2048), ('expert fc1', 2048, 1536, 2048), ('expert fc2', 2048, 2048, 768)]:
+    for what, m, n, k in [('reference', 8192, 8192, 8192), ('attention qkv', 16384, 640, 2048), ('expert fc1', 1024, 1536, 2048), ('expert fc2', 1024, 2048, 768)]:
         a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
         b = torch.randn(k, n, device=dev, dtype=torch.bfloat16)
         us = timed(lambda: a @ b, reps=20, warm=5)

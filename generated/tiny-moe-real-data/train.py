@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/tiny-moe-real-data.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:b42521c1394aee1d input sha256:3fadbc35df34ccd9
+# mocompile: checksum sha256:17b8b9aedcffa714 input sha256:3fadbc35df34ccd9
 """tiny-moe-real-data: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (a small test MoE) on 2x NVIDIA H100 80GB HBM3, goal throughput.
@@ -159,10 +159,10 @@ def build_config() -> ConfigContainer:
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
     model.moe_grouped_gemm = False  # derived: grouped GEMM experts need Transformer Engine
-    model.recompute_granularity = None  # goal: lightest recompute that fits: 6.4 GiB <= 74 GiB usable
-    model.recompute_method = None  # goal: lightest recompute that fits: 6.4 GiB <= 74 GiB usable
-    model.recompute_num_layers = None  # goal: lightest recompute that fits: 6.4 GiB <= 74 GiB usable
-    model.recompute_modules = None  # goal: lightest recompute that fits: 6.4 GiB <= 74 GiB usable
+    model.recompute_granularity = None  # goal: lightest recompute that fits: 6.4 GiB <= 73.6 GiB usable
+    model.recompute_method = None  # goal: lightest recompute that fits: 6.4 GiB <= 73.6 GiB usable
+    model.recompute_num_layers = None  # goal: lightest recompute that fits: 6.4 GiB <= 73.6 GiB usable
+    model.recompute_modules = None  # goal: lightest recompute that fits: 6.4 GiB <= 73.6 GiB usable
     model.cuda_graph_impl = 'none'  # goal: no Transformer Engine in the target stack: no TE graphs
     model.cuda_graph_modules = []  # goal: part of the chosen plan (0.20 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs

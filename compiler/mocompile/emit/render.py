@@ -328,6 +328,7 @@ def artifacts(plan: Plan, doc: Document, sets: list[str], unsets: list[str],
         files["slurm.sbatch"] = header.stamp_comment(t.get_template("slurm.sbatch.j2").render(
             **common, slurm=launch["slurm"], container=launch.get("container"), io=preflight_io(plan),
             mounts=plan.get("container_mounts") or [], mkdirs=written,
+            segment=hw.get("segment_nodes") if hw["nodes"] > 1 else None, rack_gpus=hw.get("rack_gpus"),
             job_name=re.sub(r"[^A-Za-z0-9._-]", "-", plan.name)), source, ih, shebang="#!/usr/bin/env bash")
     if "kubernetes" in targets:
         k8s = launch.get("kubernetes") or {}

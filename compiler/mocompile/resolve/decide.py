@@ -54,11 +54,28 @@ DERIVED = {"data_parallel_size": "world / (TP*PP*CP)", "expert_data_parallel_siz
            "overlap_p2p_comm": "interleaved pipeline overlaps p2p (Bridge's derivation)",
            "batch_p2p_comm": "plain pipeline batches p2p", "use_te_rng_tracker": "CUDA graphs need TE's RNG tracker"}
 GOAL_WHY = {"throughput": "fastest predicted plan",
-            "fit": "lowest predicted memory (plans within the estimate's measured error of it count as equal), then fastest",
+            "fit": "lowest predicted memory (in steps as wide as the estimate's measured error: plans in one step "
+                   "count as equal), then fastest",
             "bring-up": "simplest legal plan (alltoall, no overlap, no graphs, least model parallelism)"}
 
 
 MBS_CHOICES = (1, 2, 4, 8, 16)
+
+
+def _goal_why(ctx: Context, w: Any) -> str:
+    """What put the winner first, as the goal orders plans; said as it is where no plan fits (the memory error says
+    why) or where pins overrule what bring-up would choose (a pinned dispatcher, overlap or graphs)."""
+    if not w.fits:
+        return (f"no plan fits under the {memory.usable_gib(ctx.hw['memory_gib']):.1f} GiB limit (MEM001 says what "
+                f"would); the first of goal {ctx.goal}'s order")
+    why = GOAL_WHY[ctx.goal]
+    if ctx.goal == "bring-up":
+        pinned = [name for name, (section, key) in (("dispatcher", ("moe", "dispatcher")), ("overlap", ("moe", "overlap")),
+                                                    ("graphs", ("cuda_graphs", "impl")))
+                  if ctx.pinned(section, key) is not None]
+        if pinned:
+            why = f"{why[:-1]}; {', '.join(pinned)} as pinned)"
+    return why
 
 
 def micro_batch(ctx: Context) -> SearchResult | None:
@@ -227,10 +244,14 @@ def climb_levers(ctx: Context, res: SearchResult) -> SearchResult:
         batch = ctx.s["micro_batch_size"], ctx.by_micro_batch
         w = trial.winner
         host = _host_over(ctx, w.mem)
+        # rules the plan broke before any lever (the pins' own: OVL001 for EP 1 with overlap, say) do not make a rung
+        # fail: the rung is judged on memory, and those rules are reported as they are
+        own = [r for r in (w.broken or []) if r not in (res.winner.broken or [])]
         tried.append(f"{lever_label(*rung)}: {w.mem['total_gib']:.1f} GiB"
-                     + (f", {w.step:.2f} s/step" if w.fits and not w.broken and not host else "")
-                     + (f", but {host}" if w.fits and host else ""))
-        if w.fits and not w.broken and not host:
+                     + (f", {w.step:.2f} s/step" if w.fits and not own and not host else "")
+                     + (f", but {host}" if host else "")
+                     + (f", but breaks {', '.join(own)}" if w.fits and own and not host else ""))
+        if w.fits and not own and not host:
             if lighter and w.step >= min(lighter):
                 done.add(kind)  # no faster than the lighter rung: neither will a heavier one be
                 continue
@@ -342,7 +363,7 @@ def plan(ctx: Context) -> None:
     res = _decide(ctx)
     w = res.winner
     est = w.est
-    head = (f"{GOAL_WHY[ctx.goal]}: {est.step_s:.2f} s/step, {est.tflops_per_gpu:.0f} TFLOPS/GPU, "
+    head = (f"{_goal_why(ctx, w)}: {est.step_s:.2f} s/step, {est.tflops_per_gpu:.0f} TFLOPS/GPU, "
             f"{w.mem['total_gib']:.1f} GiB (of {res.scored} candidates scored)")
     share = ctx["optimizer_offload_fraction"]
     if share:  # not in the plan's label, and it can be most of the step: say it with the step it is part of
@@ -399,14 +420,14 @@ def plan(ctx: Context) -> None:
             if not w.fits:
                 why = "nothing fits: heaviest recompute"
             elif w.mem["total_gib"] > usable:
-                why = (f"the shipped recipe's ({shipped}): {w.mem['total_gib']:.1f} GiB, over the {usable:.0f} GiB "
+                why = (f"the shipped recipe's ({shipped}): {w.mem['total_gib']:.1f} GiB, over the {usable:.1f} GiB "
                        "usable, run as shipped (see memory_limit_gib)")
             elif w.kind in ("shipped", "near") and w.anchor:
                 # a tuned recipe's rung (or, moved here, the lightest that fits its layout), not a search for the lightest
-                why = (f"the reference plan's ({w.anchor}) recompute: {w.mem['total_gib']:.1f} GiB <= {usable:.0f} GiB "
+                why = (f"the reference plan's ({w.anchor}) recompute: {w.mem['total_gib']:.1f} GiB <= {usable:.1f} GiB "
                        "usable")
             else:
-                why = f"lightest recompute that fits: {w.mem['total_gib']:.1f} GiB <= {usable:.0f} GiB usable"
+                why = f"lightest recompute that fits: {w.mem['total_gib']:.1f} GiB <= {usable:.1f} GiB usable"
             ctx.set(name, value, "goal", why)
         elif name == "pipeline_model_parallel_layout":
             ctx.set(name, value, "derived", "balanced layout: embedding and loss counted as a layer each"

@@ -34,6 +34,12 @@ def base(ctx: Context) -> None:
                         ("gpu_display", hw["display"])):
         ctx.set(name, value, "hardware", f"hardware catalogue ({hw['id']}) and the recipe's hardware block",
                 path=("hardware", name) if name in ("gpu", "nodes", "gpus_per_node") else None)
+    if hw.get("segment_nodes"):
+        ctx.set("nvlink_domain", hw["nvlink_domain_effective"], "hardware",
+                f"one {hw['display']} rack joins {hw['rack_gpus']} GPUs by NVLink; this job of {hw['nodes']} nodes runs as "
+                f"Slurm segments of {hw['segment_nodes']} nodes inside racks (its node count if one rack holds it, else "
+                "its largest divisor a rack holds, as Megatron-Bridge's scripts/performance/utils/executors.py "
+                "submits), and only a segment shares NVLink", path=("hardware", "nodes"))
     ctx.set("gpu_flex_backends", sorted(b.split("-", 1)[1] for b in hw["dispatchers"]["legal"] if b.startswith("flex-")),
             "hardware", "which flex backends Megatron-Bridge accepts on this GPU")
     probed = ((hw.get("cluster") or {}).get("missing"))

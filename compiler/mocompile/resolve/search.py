@@ -3,8 +3,8 @@
 Candidates are enumerated over what is not pinned (TP, PP, VPP, EP, ETP, CP, dispatcher, EP
 overlap, delayed wgrad, recompute rung, CUDA-graph scope), pruned early (divisibility, memory),
 scored by the step-time model (``mocompile.steptime``) and checked against the same rule catalogue
-as ``check``. Ranking follows the goal: predicted step time for ``throughput``, lowest memory (plans within
-the estimate's measured error of it count as equal) then time for ``fit``, the simplest legal plan for
+as ``check``. Ranking follows the goal: predicted step time for ``throughput``, lowest memory (in steps as wide as
+the estimate's measured error: plans in one step count as equal) then time for ``fit``, the simplest legal plan for
 ``bring-up``. The tuned perf recipe Bridge ships for the same model, GPU and precision
 (``data/anchors.yaml``) is always scored too, and is kept unless the model predicts another plan faster by
 more than its trust margin (``data/steptime.yaml``), widened
@@ -150,8 +150,10 @@ def _rungs(ctx: Context, overlap: bool) -> list[Rung]:
     method, nlayers = ctx.pinned("recompute", "method"), ctx.pinned("recompute", "num_layers")
     if gran == "none":
         return [(None, None, method, nlayers)]
-    if gran == "full":  # as pinned: Megatron needs method and layers (RC003 says so when missing)
-        return [("full", None, method, nlayers)]
+    if gran == "full":
+        # neither method nor layers pinned: the ladder's full rung (uniform over one layer), as auto chooses it;
+        # one pinned without the other is the user's half of Megatron's pair (RC003 asks for the other)
+        return [("full", None, "uniform", 1) if method is None and nlayers is None else ("full", None, method, nlayers)]
     if gran == "selective" and mods is not None:
         return [("selective", tuple(mods), method, nlayers)]
     rungs = ladder(ctx, overlap)
@@ -390,6 +392,7 @@ class Scorer:
         # shipped recipes run as shipped fit up to the GPU's memory plus the estimate's measured error
         self.shipped_limit = memory.shipped_limit_gib(ctx.hw["memory_gib"])
         self._shipped = shipped_plans(ctx) if self.world == ctx["world_size"] else {}
+        self._host = _offload_host_limit(ctx)  # offloading: a plan must also fit the host memory a node may pin
         self.batch = Batch(ctx["seq_length"], ctx["micro_batch_size"], ctx["global_batch_size"], ctx["precision"],
                            bool(ctx["moe_router_force_load_balancing"]), ctx["te_version"] is not None,
                            bool(ctx["moe_grouped_gemm"]), optimizer_offload=float(ctx["optimizer_offload_fraction"]),
@@ -479,10 +482,13 @@ class Scorer:
 
     def fits(self, cand: Candidate, total_gib: float) -> bool:
         """Under the headroom, or, for a shipped recipe run as shipped, under its measured limit (what MEM001
-        and MEM002 check on the emitted plan)."""
-        if total_gib <= self.limit:
-            return True
-        return bool(self._shipped) and total_gib <= self.shipped_limit and self.shipped(cand) is not None
+        and MEM002 check on the emitted plan); where the plan offloads, also under the host memory a node may pin
+        (MEM003), so a memory-ladder rung's search picks a layout that fits both, as ``min_gpus_that_fit`` counts."""
+        gpu = total_gib <= self.limit or \
+            bool(self._shipped) and total_gib <= self.shipped_limit and self.shipped(cand) is not None
+        if not gpu or self._host is None:
+            return gpu
+        return self.memory(cand)["host_gib"] * self.hw["gpus_per_node"] <= self._host
 
     def shipped(self, cand: Candidate) -> str | None:
         """The Bridge perf recipe whose measurement covers ``cand``: run as shipped (``shipped_plans``), with the
@@ -697,18 +703,25 @@ def complexity(c: Candidate) -> int:
 
 
 def _rank_key(goal: str, scored: list[Scored] | None = None):
-    """How a goal orders scored plans. ``fit``: the least memory first, but plans within the memory estimate's
-    measured error of the least (data/memory.yaml) count as equal and the fastest of them wins: a plan 0.2 GiB
-    larger is not "less likely to fit" by anything the estimate can tell, while being 2x slower is real."""
+    """How a goal orders scored plans. ``fit``: the least memory first, in steps the memory estimate's measured error
+    wide (``memory_step``): plans in one step count as equal and the fastest of them wins. A plan 0.2 GiB larger is
+    not "less likely to fit" by anything the estimate can tell, while being 2x slower is real."""
     if goal == "fit":
-        fitting = [s.mem["total_gib"] for s in scored or [] if s.fits]
-        band = min(fitting) * (1 + memory.limits()["measured_error"]) if fitting else 0.0
-        return lambda s: (not s.fits, s.mem["total_gib"] > band, s.step if s.mem["total_gib"] <= band else 0.0,
-                          s.mem["total_gib"], s.step)
+        # where nothing fits, the least memory first: the plan MEM001 reports is the nearest to fitting
+        return lambda s: (False, memory_step(s.mem["total_gib"]), s.step, s.mem["total_gib"]) if s.fits else \
+            (True, 0, 0.0, s.mem["total_gib"])
     if goal == "bring-up":
         return lambda s: (not s.fits, s.cand.tp * s.cand.pp * s.cand.cp, s.cand.pp, s.cand.tp,
                           s.cand.recompute[0] == "full", s.step)
     return lambda s: (not s.fits, weighted_step(s))
+
+
+def memory_step(gib: float) -> int:
+    """Which step of a fixed geometric grid, each the memory estimate's measured error wide (data/memory.yaml),
+    ``gib`` falls in: goal fit's memory order. Plans in one step count as equal and the fastest wins. The grid is
+    fixed, not drawn from the least memory among the plans scored, so a pin that leaves the winner in the search
+    cannot move the line (pinning a knob to the value auto chose returns the same plan)."""
+    return math.floor(math.log(max(gib, 1e-9)) / math.log1p(memory.limits()["measured_error"]))
 
 
 def weighted_step(s: Scored) -> float:
@@ -918,6 +931,9 @@ def _search_pinned(ctx: Context) -> SearchResult:
         if sc.total_gib(cand) > sc.limit:
             unfit_or_heavy.append((cand, False))
             continue
+        if ctx.goal == "fit":  # fit ranks layouts by the least memory they reach: frugal knobs, heaviest rung
+            cand = _with(cand, dispatcher=frugal[0], overlap=frugal[1], delay_wgrad=frugal[2], graphs=frugal[3],
+                         recompute=rungs_by_ov[frugal[1]][-1])
         first.append(sc.score(cand))
     if ctx.goal == "fit" or len(first) < LAYOUT_SHORTLIST:
         unfit = [_stand_in(sc, cand, frugal, rungs_by_ov) if heavy else cand for cand, heavy in unfit_or_heavy]
@@ -925,6 +941,13 @@ def _search_pinned(ctx: Context) -> SearchResult:
         first += [sc.score(c) for c in unfit[:LAYOUT_SHORTLIST]]
     first.sort(key=_rank_key(ctx.goal, first))
     shortlist = {(s.cand.tp, s.cand.pp, s.cand.vpp, s.cand.ep, s.cand.etp, s.cand.cp) for s in first[:LAYOUT_SHORTLIST]}
+    fitting = [s for s in first if s.fits] if ctx.goal == "fit" else []
+    if fitting:
+        # fit: the winner's memory is in the least step any layout reaches, so every layout that reaches it, and no
+        # other, is searched: a pin that keeps the winner leaves it the best of a subset (the same plan)
+        low = min(memory_step(s.mem["total_gib"]) for s in fitting)
+        shortlist = {(s.cand.tp, s.cand.pp, s.cand.vpp, s.cand.ep, s.cand.etp, s.cand.cp) for s in fitting
+                     if memory_step(s.mem["total_gib"]) == low}
 
     # 2. the full knob product on the shortlisted layouts (and the anchor's)
     anchor = match_anchor(ctx)
@@ -944,6 +967,14 @@ def _search_pinned(ctx: Context) -> SearchResult:
             cand = sc.lightest_fitting(cand, rungs_by_ov[ov])
             if cand not in pool:
                 pool[cand] = sc.score(cand)
+            if ctx.goal == "fit":
+                # fit ranks by memory first: every heavier rung competes too (it needs less), so the plan is the
+                # one a pinned recompute setting would find among its own (pinning auto's choice changes nothing)
+                rungs = rungs_by_ov[ov]
+                for rung in rungs[rungs.index(cand.recompute) + 1:]:
+                    heavier = _with(cand, recompute=rung)
+                    if heavier not in pool:
+                        pool[heavier] = sc.score(heavier)
     if anchor_scored is not None:
         pool[anchor_scored.cand] = anchor_scored
 
@@ -1049,8 +1080,20 @@ def min_gpus_that_fit(ctx: Context, limit_gpus: int = MAX_GPUS) -> int | None:
                 hi = mid
             else:
                 lo = mid + 1
-        best = lo * step
+        # and whose data parallelism divides the global batch (rule PAR007): a count the batch cannot run on is
+        # no answer; more GPUs only lower the estimate, so the next multiples that divide it fit too
+        while lo <= top and not _batch_runs(ctx, lay, lo * step):
+            lo += 1
+        if lo <= top:
+            best = lo * step
     return best
+
+
+def _batch_runs(ctx: Context, lay: Any, world: int) -> bool:
+    """Does the global batch divide into whole micro-batches over ``lay``'s data parallelism on ``world`` GPUs
+    (rule PAR007)? True while the micro-batch size is still ``auto``."""
+    split = batch_split(ctx, lay, world)
+    return split is None or split[0] % split[1] == 0
 
 
 def frugal_step(ctx: Context, world: int) -> float | None:
@@ -1119,9 +1162,10 @@ def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None, goal: 
         return f"does not fit ({loser.mem['total_gib']:.1f} GiB)"
     d = loser.step - winner.step
     pace = f"{abs(d):.2f} s/step {'faster' if d < 0 else 'slower'}"
-    if goal == "fit" and loser.mem["total_gib"] > winner.mem["total_gib"] * (1 + memory.limits()["measured_error"]):
+    if goal == "fit" and memory_step(loser.mem["total_gib"]) > memory_step(winner.mem["total_gib"]):
         return (f"{loser.mem['total_gib'] - winner.mem['total_gib']:.1f} GiB more ({loser.mem['total_gib']:.1f} GiB; "
-                f"goal fit takes the least memory first, beyond the estimate's error), {pace}")
+                f"goal fit takes the least memory first, in steps of the estimate's "
+                f"{memory.limits()['measured_error']:.1%} error), {pace}")
     if goal == "bring-up" and d < 0:
         return (f"{pace}, but not the simplest legal plan (goal bring-up: least model parallelism, alltoall, "
                 "no overlap, no graphs)")
