@@ -119,6 +119,7 @@ def main(argv: list[str]) -> int:
             if p.memory["total_gib"] > p.hardware["memory_gib"]:
                 continue  # nothing fits: no plan to keep
             intents += 1
+            world = p.hardware["world_size"]  # GB200/GB300 trays hold 4 GPUs: not nodes x 8
             margin = p.planner.get("trust_margin")
             for knob, pin in own_pins(p).items():
                 q = _plan(tmp, _text(base, pin))
@@ -128,14 +129,15 @@ def main(argv: list[str]) -> int:
                     same += 1
                 else:
                     moved += 1
-                    say(f"MOVED {model} {gpu} x{nodes * 8} pin {pin}: auto {chosen['plan']} {chosen['step_time_s']:.3f} s"
+                    say(f"MOVED {model} {gpu} x{world} pin {pin}: auto {chosen['plan']} {chosen['step_time_s']:.3f} s"
                         f" -> {q.planner['chosen']['plan']} {q.planner['chosen']['step_time_s']:.3f} s")
             for pins in other_pins(p).values():
                 for pin in pins:
                     q = _plan(tmp, _text(base, pin))
                     w = q.planner["chosen"]
-                    if q.memory["total_gib"] > q.hardware["memory_gib"]:
-                        continue
+                    if q.memory["total_gib"] > q.hardware["memory_gib"] or \
+                            any(x.severity == "error" for x in q.diagnostics):
+                        continue  # the pin does not fit, or breaks a rule (DeepEP on GB200: DSP001): no plan to beat
                     tried_other += 1
                     if w["step_time_s"] < chosen["step_time_s"] * 0.995:
                         faster += 1
@@ -147,7 +149,7 @@ def main(argv: list[str]) -> int:
                         band = search.required_ratio(margin, d) if margin else 1.0
                         beyond = w["step_time_s"] < chosen["step_time_s"] * band
                         beats += beyond
-                        say(f"{'BEATS' if beyond else 'faster'} {model} {gpu} x{nodes * 8} pin {pin}: "
+                        say(f"{'BEATS' if beyond else 'faster'} {model} {gpu} x{world} pin {pin}: "
                             f"{w['plan']} {w['step_time_s']:.3f} s vs auto {chosen['step_time_s']:.3f} s "
                             f"({1 - w['step_time_s'] / chosen['step_time_s']:.1%}; {d} knobs away, band {1 - band:.0%})")
     say(f"intents (every shipped recipe withheld, a plan that fits): {intents}")
