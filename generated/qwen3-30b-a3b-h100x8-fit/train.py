@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/qwen3-30b-a3b-h100x8-fit.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:2eaf08d1caba107a input sha256:9f88ae4b995acb74
+# mocompile: checksum sha256:c9def876c1b96179 input sha256:9f88ae4b995acb74
 """qwen3-30b-a3b-h100x8-fit: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 Qwen3-30B-A3B on 8x NVIDIA H100 80GB HBM3, goal fit.
@@ -98,7 +98,7 @@ def build_config() -> ConfigContainer:
     cfg.tokenizer = TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=151936)
     model = cfg.model
     model.seq_length = 8192  # training.seq_length
-    model.tensor_model_parallel_size = 8  # goal: lowest predicted memory (in steps as wide as the estimate's measured error: plans in one step count as equal), then fastest: 39.90 s/step, 183 TFLOPS/GPU, 68.1 GiB (of 97 candidates scored)
+    model.tensor_model_parallel_size = 8  # goal: lowest predicted memory (in steps as wide as the estimate's measured error: plans in one step count as equal), then fastest: 39.90 s/step, 183 TFLOPS/GPU, 68.1 GiB (of 129 candidates scored)
     model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (39.90 s/step; see tensor_model_parallel_size)
     model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (39.90 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)

@@ -943,11 +943,12 @@ def _search_pinned(ctx: Context) -> SearchResult:
     shortlist = {(s.cand.tp, s.cand.pp, s.cand.vpp, s.cand.ep, s.cand.etp, s.cand.cp) for s in first[:LAYOUT_SHORTLIST]}
     fitting = [s for s in first if s.fits] if ctx.goal == "fit" else []
     if fitting:
-        # fit: the winner's memory is in the least step any layout reaches, so every layout that reaches it, and no
-        # other, is searched: a pin that keeps the winner leaves it the best of a subset (the same plan)
+        # fit: the winner's memory is in the least step any layout reaches, so every layout that reaches it is
+        # searched (with the least-memory shortlist, should every plan of that step break a rule): a pin that keeps
+        # the winner leaves it the best of a subset (the same plan)
         low = min(memory_step(s.mem["total_gib"]) for s in fitting)
-        shortlist = {(s.cand.tp, s.cand.pp, s.cand.vpp, s.cand.ep, s.cand.etp, s.cand.cp) for s in fitting
-                     if memory_step(s.mem["total_gib"]) == low}
+        shortlist |= {(s.cand.tp, s.cand.pp, s.cand.vpp, s.cand.ep, s.cand.etp, s.cand.cp) for s in fitting
+                      if memory_step(s.mem["total_gib"]) == low}
 
     # 2. the full knob product on the shortlisted layouts (and the anchor's)
     anchor = match_anchor(ctx)
