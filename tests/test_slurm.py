@@ -365,12 +365,40 @@ def test_every_generated_sbatch_is_accepted_by_sbatch_test_only(slurm, sbatch, t
     text = sbatch.read_text()
     proc = subprocess.run(["sbatch", "--test-only", str(sbatch)], cwd=tmp_path, env=slurm["env"],
                           capture_output=True, text=True, timeout=60)
+    segment = re.search(r"^#SBATCH --segment=(\d+)$", text, re.M)
+    if segment and "--segment" not in _sbatch_help(slurm):
+        # NVL72 plans ask for Slurm's --segment (Slurm >= 24.05, topology/block), which this cluster's Slurm
+        # (Debian's 22.05) does not know: it must refuse exactly that option, and accept the script without it
+        assert proc.returncode != 0 and f"unrecognized option '--segment={segment.group(1)}'" in proc.stderr, \
+            proc.stderr
+        sbatch = tmp_path / "without-segment.sbatch"
+        sbatch.write_text(text.replace(segment.group(0) + "\n", ""))
+        proc = subprocess.run(["sbatch", "--test-only", str(sbatch)], cwd=tmp_path, env=slurm["env"],
+                              capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     m = re.search(r"Job \d+ to start at \S+ using (\d+) processors on nodes (\S+) in partition (\S+)", proc.stderr)
     assert m, proc.stderr
     nodes = _hostnames(m.group(2), slurm["env"])
     assert len(nodes) == int(_directive(text, "nodes"))
     assert m.group(3) == (_directive(text, "partition") or "debug")
+
+
+def _sbatch_help(slurm) -> str:
+    return subprocess.run(["sbatch", "--help"], env=slurm["env"], capture_output=True, text=True, timeout=60).stdout
+
+
+def test_nvl72_sbatch_asks_for_the_segment_of_its_nvlink_domain():
+    """The plan's NVLink domain on a multi-rack GB200/GB300 job is a Slurm segment of whole trays inside a rack;
+    the launcher must ask for exactly that segment, and an 8-GPU-node launcher for none."""
+    for sbatch in GENERATED:
+        lock = json.loads((sbatch.parent / "mocompile.lock.json").read_text())
+        hw = lock["hardware"]
+        segment = re.search(r"^#SBATCH --segment=(\d+)$", sbatch.read_text(), re.M)
+        domain = lock["settings"]["nvlink_domain"]["value"]
+        if hw["gpu"] in ("gb200", "gb300") and hw["nodes"] > 1:
+            assert segment and int(segment.group(1)) * hw["gpus_per_node"] == domain, sbatch
+        else:
+            assert segment is None, sbatch
 
 
 def test_sbatch_test_only_rejects_an_impossible_request(slurm, tmp_path):
