@@ -25,7 +25,7 @@ from mocompile.pipeline import analyse
     (24, 12), (36, 18), (64, 16), (72, 18), (96, 16), (100, 10),
 ])
 def test_the_segment_is_the_node_count_or_its_largest_divisor_one_rack_holds(nodes, segment):
-    assert nvlink_segment(nodes, 18) == segment
+    assert nvlink_segment(nodes, 4, 72) == segment   # NVL72 trays of 4: a rack holds 18
     assert segment <= 18 and nodes % segment == 0
     if nodes > 18:  # largest: no divisor between it and a rack
         assert all(nodes % d for d in range(segment + 1, 19))

@@ -172,12 +172,13 @@ def _refuse_unbuildable(merged: dict[str, Any], base_id: str | None, spec: dict[
                                  doc.position(where), hint)])
 
 
-def nvlink_segment(nodes: int, rack_nodes: int) -> int:
+def nvlink_segment(nodes: int, gpus_per_node: int, rack_gpus: int) -> int:
     """How many nodes (trays) of a multi-node NVLink job share one NVLink domain. A rack (an NVL72: 18 trays of 4)
     joins only its own trays, so a job larger than one rack is placed as equal segments of whole trays inside racks:
     its node count if one rack holds it, else its largest divisor a rack holds (Slurm's ``--segment``, as
     Megatron-Bridge's performance launcher asks for it: ``scripts/performance/utils/executors.py``). 64 trays run as
     4 segments of 16 (64 GPUs of NVLink each), 72 as 4 of 18, 24 as 2 of 12."""
+    rack_nodes = max(1, rack_gpus // gpus_per_node)
     if nodes <= rack_nodes:
         return nodes
     return next(d for d in range(rack_nodes, 0, -1) if nodes % d == 0)
@@ -191,7 +192,7 @@ def resolve_hardware(intent: dict[str, Any]) -> dict[str, Any]:
     gpu["gpus_per_node"] = hw.get("gpus_per_node") or gpu["gpus_per_node"]
     gpu["world_size"] = gpu["nodes"] * gpu["gpus_per_node"]
     if gpu.get("mnnvl"):
-        gpu["segment_nodes"] = nvlink_segment(gpu["nodes"], max(1, gpu["nvlink_domain"] // gpu["gpus_per_node"]))
+        gpu["segment_nodes"] = nvlink_segment(gpu["nodes"], gpu["gpus_per_node"], gpu["nvlink_domain"])
         gpu["rack_gpus"] = gpu["nvlink_domain"]
         gpu["nvlink_domain"] = gpu["segment_nodes"] * gpu["gpus_per_node"]
     # An NVLink domain never spans more GPUs than exist, nor (without MNNVL) a node.

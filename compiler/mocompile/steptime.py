@@ -301,7 +301,7 @@ def nvlink_width(hw: dict[str, Any], world: int | None = None) -> int:
     world = world or hw.get("world_size")
     if not world:
         return int(hw["nvlink_domain"])
-    return nvlink_segment(max(1, int(world) // gpn), max(1, int(hw["nvlink_domain"]) // gpn)) * gpn
+    return nvlink_segment(max(1, int(world) // gpn), gpn, int(hw["nvlink_domain"])) * gpn
 
 
 def a2a_seconds(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, tokens: float, c: dict[str, float],
@@ -393,9 +393,9 @@ class StepModel:
         self.fp8 = batch.precision in FP8_PRECISIONS
         peak_bf16 = _peak_bf16(hw, c)
         self.peak_bf16 = peak_bf16                      # the attention core's, unless FP8 attention is on
-        self.peak = peak_bf16 * (c["fp8_gain"] if self.fp8 else 1.0)
-        if batch.precision == "fp8-blockwise":  # its GEMMs apply per-block scales: measured slower than per-tensor
-            self.peak = peak_bf16 / (1.0 / c["fp8_gain"] + c["fp8_block_gemm_extra"])
+        # blockwise FP8's GEMMs apply per-block scales: measured slower than per-tensor (fp8_block_gemm_extra)
+        self.peak = peak_bf16 / (1.0 / c["fp8_gain"] + c["fp8_block_gemm_extra"]) \
+            if batch.precision == "fp8-blockwise" else peak_bf16 * (c["fp8_gain"] if self.fp8 else 1.0)
         self.imbalance = 1.0 if batch.force_balance else c["natural_imbalance"]
         self.flops = _flops_per_token(m, f) * batch.global_batch_size * s
         self.gc_pause = manual_gc_seconds(batch.manual_gc_interval)  # the same for every candidate

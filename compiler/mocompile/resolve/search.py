@@ -486,9 +486,12 @@ class Scorer:
         (MEM003), so a memory-ladder rung's search picks a layout that fits both, as ``min_gpus_that_fit`` counts."""
         gpu = total_gib <= self.limit or \
             bool(self._shipped) and total_gib <= self.shipped_limit and self.shipped(cand) is not None
-        if not gpu or self._host is None:
-            return gpu
-        return self.memory(cand)["host_gib"] * self.hw["gpus_per_node"] <= self._host
+        return gpu and self.host_fits(cand)
+
+    def host_fits(self, cand: Candidate) -> bool:
+        """Under the host memory a node may pin (rule MEM003); only tested where the plan offloads
+        (``_offload_host_limit``: the host estimate is 0 otherwise)."""
+        return self._host is None or self.memory(cand)["host_gib"] * self.hw["gpus_per_node"] <= self._host
 
     def shipped(self, cand: Candidate) -> str | None:
         """The Bridge perf recipe whose measurement covers ``cand``: run as shipped (``shipped_plans``), with the
@@ -1059,14 +1062,14 @@ def min_gpus_that_fit(ctx: Context, limit_gpus: int = MAX_GPUS) -> int | None:
     fewer micro-batches wait in the pipeline), so each layout is bisected over the node counts it divides,
     below the best count found so far."""
     gpn = ctx["gpus_per_node"]
-    frugal, host = _frugal_at(ctx), _offload_host_limit(ctx)
+    frugal = _frugal_at(ctx)
     scorers: dict[int, Scorer] = {}
 
     def fits(lay: Layout, world: int) -> bool:
         sc = scorers.get(world)
         if sc is None:
             sc = scorers[world] = Scorer(ctx, world)
-        return _frugal_fits(sc, frugal(lay), host)
+        return _frugal_fits(sc, frugal(lay))
 
     best: int | None = None
     for lay in _shapes(ctx):
@@ -1101,21 +1104,20 @@ def frugal_step(ctx: Context, world: int) -> float | None:
     """The predicted step time on ``world`` GPUs of the fastest layout that passes ``min_gpus_that_fit``'s test
     there (the least-memory knobs at the heaviest recompute rung, the context's levers, host memory included): what
     MEM001 compares a lever's GPU count with the plain count by. None: no layout fits there."""
-    sc, frugal, host = Scorer(ctx, world), _frugal_at(ctx), _offload_host_limit(ctx)
-    steps = [sc.score(cand).step for cand in map(frugal, layouts_for(ctx, world)) if _frugal_fits(sc, cand, host)]
+    sc, frugal = Scorer(ctx, world), _frugal_at(ctx)
+    steps = [sc.score(cand).step for cand in map(frugal, layouts_for(ctx, world)) if _frugal_fits(sc, cand)]
     return min(steps) if steps else None
 
 
-def _frugal_fits(sc: Scorer, cand: Candidate, host: float | None) -> bool:
-    """``min_gpus_that_fit``'s memory test of one candidate: under the headroom, and where the plan offloads
-    (``host``: ``_offload_host_limit``) under the host memory a node may pin (rule MEM003)."""
-    if sc.total_gib(cand) > sc.limit:
-        return False
-    return host is None or sc.memory(cand)["host_gib"] * sc.hw["gpus_per_node"] <= host
+def _frugal_fits(sc: Scorer, cand: Candidate) -> bool:
+    """``min_gpus_that_fit``'s memory test of one candidate: under the headroom (not a shipped recipe's measured
+    limit: no count but the intent's own runs a recipe as shipped), and where the plan offloads under the host memory
+    a node may pin (``Scorer.host_fits``, rule MEM003)."""
+    return sc.total_gib(cand) <= sc.limit and sc.host_fits(cand)
 
 
 def _offload_host_limit(ctx: Context) -> float | None:
-    """The host limit ``_frugal_fits`` applies: only where the plan offloads optimizer state or activations (the
+    """The host limit ``Scorer.host_fits`` applies: only where the plan offloads optimizer state or activations (the
     host estimate is 0 otherwise, so the test could not fail)."""
     return host_limit_gib(ctx) if ctx["optimizer_offload_fraction"] or ctx["offload_modules"] else None
 

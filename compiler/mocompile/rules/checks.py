@@ -208,10 +208,10 @@ CHECKS: dict[str, Check] = {
     "DSP006": lambda c: _backend(c) == "deepep" and _ep_group(c) > c["nvlink_domain"],
     # DSP006 on the 8-GPU nodes of B200/B300, where NVIDIA's own internode DeepEP runs have failed (a warning)
     "DSP016": lambda c: _backend(c) == "deepep" and _ep_group(c) > c["nvlink_domain"] and c["gpu_arch"] == "blackwell",
-    "DSP019": lambda c: c["moe_token_dispatcher_type"] != "flex" and c.get("moe_flex_dispatcher_num_sms") is not None,
     "DSP017": lambda c: _backend(c) == "hybridep" and _ep_group(c) > c["nvlink_domain"],
     "DSP018": lambda c: _backend(c) == "hybridep" and 1 < _ep_group(c) < c["nvlink_domain"]
     and c["nvlink_domain"] % _ep_group(c) != 0,
+    "DSP019": lambda c: c["moe_token_dispatcher_type"] != "flex" and c.get("moe_flex_dispatcher_num_sms") is not None,
     # Megatron-Core checks shared-expert overlap only when the model has shared experts (tc:1637-1650).
     "DSP007": lambda c: bool(c["moe_shared_expert_overlap"]) and c["moe_shared_expert_intermediate_size"] is not None
     and c["moe_token_dispatcher_type"] not in ("alltoall", "flex"),
