@@ -139,7 +139,10 @@ def anchor_neighbourhoods(optimizer: str = "adam") -> list[tuple[str, Setup, lis
         anchor = sc.score(base)
         if sc.check(anchor) or not anchor.fits:
             continue
-        trials = [replace(base, dispatcher=d, num_sms=None) for d in search._dispatchers(ctx) if d != base.dispatcher]
+        # the dispatchers the planner itself offers this expert group: not a flex backend it withholds
+        # (``search.flex_withheld``: across 8-GPU Blackwell nodes, whose network path the model cannot cost)
+        trials = [replace(base, dispatcher=d, num_sms=None) for d in search._dispatchers(ctx)
+                  if d != base.dispatcher and not search.flex_withheld(ctx, d, base.ep * base.etp)]
         trials.append(replace(base, overlap=not base.overlap, delay_wgrad=False))
         if base.overlap:
             trials.append(replace(base, delay_wgrad=not base.delay_wgrad))

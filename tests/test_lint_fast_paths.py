@@ -77,6 +77,18 @@ def test_the_memoised_models_equal_the_one_shot_estimates(which, dsv3, tmp_path)
             (fresh.step_s, fresh.terms, fresh.tflops_per_gpu, fresh.notes), cand
 
 
+def test_the_search_s_fast_candidate_is_the_dataclass_s_own(dsv3):
+    """``search._candidate`` skips the frozen dataclass's per-field checks: what it makes must be the very value
+    ``Candidate(...)`` makes (equal, same hash and label, copied by ``replace``), or the search's memos and the plan
+    cache would see two plans where there is one."""
+    for cand in candidates(dsv3)[:200]:
+        fast = search._candidate(cand.tp, cand.pp, cand.vpp, cand.ep, cand.etp, cand.cp, cand.dispatcher, cand.overlap,
+                                 cand.delay_wgrad, cand.recompute, cand.graphs)
+        assert fast == cand and hash(fast) == hash(cand) and repr(fast) == repr(cand), cand
+        assert fast.label() == cand.label() and replace(fast, ep=cand.ep) == cand
+        assert search._with(fast, ep=cand.ep * 2) == replace(cand, ep=cand.ep * 2)
+
+
 def test_the_lightest_fitting_rung_is_the_first_one_that_fits(dsv3):
     sc = search.Scorer(dsv3)
     for ov in (False, True):

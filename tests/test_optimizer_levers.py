@@ -304,3 +304,21 @@ def test_the_plan_line_names_an_optimizer_offload_and_the_step_share_it_costs(tm
     assert share > 0
     assert (f"with {share:g} of Adam's state and step on the host CPU ({opt:.2f} s of the step"
             in s["tensor_model_parallel_size"]["reason"])
+
+
+def test_a_pins_own_rule_error_does_not_climb_the_memory_ladder(tmp_path):
+    """DeepSeek-V3 with two MTP layers and EP overlap pinned on: every plan breaks OVL011 (the pins' own error),
+    and the least-broken plan fits. A memory lever frees memory and makes no rule hold, so the ladder is not
+    climbed: the plan keeps the recipe's optimizer state and no FSDP (the ladder's rung searches had taken it to
+    Megatron-FSDP, and a pre-commit lint of this file from 0.5 s to 2 s). Where nothing fits, the ladder still
+    climbs (test_throughput_climbs_a_lever_past_its_first_fitting_rung_while_the_plan_gets_faster)."""
+    path = _intent(tmp_path, "model: {base: deepseek-v3, mtp_num_layers: 2}\nhardware: {gpu: h100, nodes: 32}\n"
+                             "goal: throughput\nmoe: {overlap: true}\n"
+                             "training: {seq_length: 4096, micro_batch_size: 1, global_batch_size: 4096}\n")
+    out = _settings(path)
+    assert [d["rule"] for d in out["diagnostics"]] == ["OVL011"]
+    s = out["settings"]
+    assert s["memory_estimate_gib"]["value"] <= 73.6  # the least-broken plan fits: nothing for a lever to do
+    assert s["optimizer_state"]["source"] == "default" and "ladder" not in s["optimizer_state"]["reason"]
+    assert s["optimizer_offload_fraction"]["value"] == 0.0
+    assert s["use_megatron_fsdp"]["value"] is False

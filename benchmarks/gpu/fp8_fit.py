@@ -94,8 +94,16 @@ def main() -> int:
     metric, hbm = ("busy_ms" if args.busy else "gpu_ms"), args.hbm * 0.7
     for group in ([(r,) for r in args.recipe] if args.recipe else [("fp8-cs", "fp8-ds")]):
         print(f"{'+'.join(group)} ({metric}, {args.hbm:.3g} B/s):",
-              ", ".join(f"{k}: {round(v, 4)}" for k, v in derive(doc, group, metric, hbm).items()))
+              ", ".join(f"{_label(k, group)}: {round(v, 4)}" for k, v in derive(doc, group, metric, hbm).items()))
     return 0
+
+
+def _label(key: str, group: tuple[str, ...]) -> str:
+    """A fitted constant named for what it was fitted on: ``fp8_tensor_quant_bytes`` is the per-tensor recipes'
+    constant; fitted on other recipes (``--recipe fp8-blockwise``) the same least squares gives their own bytes."""
+    if key == "fp8_tensor_quant_bytes" and not set(group) <= {"fp8-cs", "fp8-ds"}:
+        return f"quant_bytes ({'+'.join(group)})"
+    return key
 
 
 if __name__ == "__main__":

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, MappingStartEvent, ScalarEvent
 
@@ -21,9 +20,8 @@ from mocompile.errors import InputError
 from mocompile.ir import Diagnostic, Position
 
 
-@dataclass(frozen=True)
-class Limit:
-    """One input limit: its stable ID, the bound, and what the user should do instead."""
+class Limit(NamedTuple):
+    """One input limit: its stable ID, the bound, and what the user should do instead (a tuple, as ``ir.Position``)."""
 
     id: str
     name: str
@@ -86,13 +84,14 @@ def check_number(value: Any, pos: Position, what: str = "number") -> None:
         raise refuse(NUMBER, f"{what} {shown} is out of range (at most 2**53 = {NUMBER.value})", pos)
 
 
-@dataclass
 class _Frame:
-    anchor: str | None
-    start_nodes: int
-    mapping: bool
-    children: int = 0
-    height: int = 1
+    """One open collection of ``scan``'s walk (a plain class: a dataclass costs every run ~1 ms to build)."""
+
+    __slots__ = ("anchor", "start_nodes", "mapping", "children", "height")
+
+    def __init__(self, anchor: str | None, start_nodes: int, mapping: bool, children: int = 0, height: int = 1):
+        self.anchor, self.start_nodes, self.mapping, self.children, self.height = \
+            anchor, start_nodes, mapping, children, height
 
 
 def scan(events: Iterable[Any], file: str) -> None:

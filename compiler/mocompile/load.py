@@ -7,7 +7,6 @@ last, in order. Every text passes ``limits.scan`` before a node tree is built.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import stat
@@ -257,7 +256,7 @@ def parse_override(expr: str) -> tuple[list[str], Any]:
     except (YAMLError, ValueError):
         return keys, raw  # not YAML: the text itself is the value
     except InputError as exc:  # say which --set it was
-        raise InputError([dataclasses.replace(d, message=f"--set {_short(key, 40)}: {d.message}")
+        raise InputError([d._replace(message=f"--set {_short(key, 40)}: {d.message}")
                           for d in exc.diagnostics]) from None
 
 

@@ -354,6 +354,9 @@ class Estimator:
         self._weights: dict[tuple[int, ...], tuple[Any, ...]] = {}
         self._ranks: dict[tuple[Any, ...], tuple[Any, ...]] = {}   # _weights_of's per-rank weighing
         self._sums: dict[tuple[int, int], tuple[tuple[float, float, int], ...]] = {}
+        self._step_per: float | None = None  # _weights_of's optimizer-step bytes per parameter (the same for all)
+        self._buffer_bytes: dict[tuple[Any, ...], float] = {}
+        self._distinct: dict[tuple[int, int], tuple[tuple[float, float, int], ...]] = {}
         self._acts: dict[tuple[Any, ...], tuple[float, ...]] = {}
         self._flight: dict[tuple[Any, ...], tuple[tuple[Any, ...], ...]] = {}
         self._per_token: dict[tuple[Any, ...], float] = {}
@@ -421,7 +424,9 @@ class Estimator:
                 + p["experts"] / n_moe / (ep * etp)
             unfused_wgrad = 2.0 * (layer + p["embedding"] / 2 / tp)
         # what exists only while Adam steps, per parameter of the optimizer shard (optimizer_state.step_bytes)
-        step_per = step_bytes(st, off, fp8m, main_grad_copies=grad == 2) if opt != "muon" else 0.0
+        step_per = self._step_per
+        if step_per is None:
+            step_per = self._step_per = step_bytes(st, off, fp8m, main_grad_copies=grad == 2) if opt != "muon" else 0.0
 
         def weigh(layers_rank: float, dense_here: float, mtp_here: int = 0) -> tuple[Any, ...]:
             """Weights, gradients and optimizer state of a pipeline rank with ``layers_rank`` layers, ``dense_here``
@@ -458,13 +463,25 @@ class Estimator:
             step = (dense / dp + experts / edp) * step_per
             return (dp, layers_rank, dense, experts, weights, unfused_wgrad, step)
 
-        sums = self._rank_sums(pp, vpp)
         if self.stage is not None:
-            hit = weigh(*sums[min(self.stage, pp - 1)])
+            hit = weigh(*self._rank_sums(pp, vpp)[min(self.stage, pp - 1)])
         else:  # the heaviest rank's (with the activations' heaviest rank, an upper bound on any one rank's sum);
             # ranks with the same layers weigh the same: each distinct one once, the first of the heaviest kept
-            hit = max((weigh(*pair) for pair in dict.fromkeys(sums)), key=lambda w: w[4])
+            sums = self._distinct_sums(pp, vpp)
+            hit = weigh(*sums[0])
+            for pair in sums[1:]:
+                w = weigh(*pair)
+                if w[4] > hit[4]:
+                    hit = w
         self._weights[key] = hit
+        return hit
+
+    def _distinct_sums(self, pp: int, vpp: int) -> tuple[tuple[float, float, int], ...]:
+        """``_rank_sums`` without repeats, in rank order: ranks with the same layers weigh the same."""
+        key = (pp, vpp)
+        hit = self._distinct.get(key)
+        if hit is None:
+            hit = self._distinct[key] = tuple(dict.fromkeys(self._rank_sums(pp, vpp)))
         return hit
 
     def _kind_model(self, kind: str) -> dict[str, Any]:
@@ -633,6 +650,13 @@ class Estimator:
     def _buffers(self, ep: int, etp: int, backend: str | None, ranks: int | None) -> float:
         """Dispatcher buffers (DeepEP and HybridEP allocate their own, outside PyTorch's allocator; NCCL EP's
         receive buffer comes from it, sized by the rank capacity factor)."""
+        key = (ep, etp, backend, ranks)
+        hit = self._buffer_bytes.get(key)
+        if hit is None:
+            hit = self._buffer_bytes[key] = self._buffers_of(ep, etp, backend, ranks)
+        return hit
+
+    def _buffers_of(self, ep: int, etp: int, backend: str | None, ranks: int | None) -> float:
         m = self.m
         buffers = 0.0
         if backend == "deepep":

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from mocompile.ir import Diagnostic, Document, Plan
 from mocompile.load import load
 from mocompile.resolve import resolve, training_io
@@ -11,13 +9,15 @@ from mocompile.rules.engine import check
 from mocompile.schema import validate
 
 
-@dataclass
 class Result:
-    source: str
-    plan: Plan | None
-    diagnostics: list[Diagnostic]
-    files: dict[str, str] = field(default_factory=dict)  # relative path -> text
-    doc: Document | None = None
+    """What ``analyse`` and ``compile_recipe`` return (a plain class, as ``project.Settings``)."""
+
+    __slots__ = ("source", "plan", "diagnostics", "files", "doc")
+
+    def __init__(self, source: str, plan: Plan | None, diagnostics: list[Diagnostic],
+                 files: dict[str, str] | None = None, doc: Document | None = None):
+        self.source, self.plan, self.diagnostics, self.doc = source, plan, diagnostics, doc
+        self.files: dict[str, str] = {} if files is None else files  # relative path -> text
 
     @property
     def errors(self) -> list[Diagnostic]:

@@ -3,7 +3,6 @@ prepares plain values for them, so every decision lives in the Plan."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import json
@@ -203,7 +202,7 @@ def _rel_if_file(path: str) -> str:
 def _located(d: Any) -> dict[str, Any]:
     out = d.as_dict()
     if d.position is not None and "at" in out:
-        out["at"] = str(dataclasses.replace(d.position, file=_rel_if_file(d.position.file)))
+        out["at"] = str(d.position._replace(file=_rel_if_file(d.position.file)))
     return out
 
 

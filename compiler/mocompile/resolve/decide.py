@@ -223,8 +223,10 @@ def climb_levers(ctx: Context, res: SearchResult) -> SearchResult:
     ``fit`` stops at the first rung that fits, in the guidance's order; ``throughput`` takes the first fitting
     rung of each lever (a heavier rung of the same lever only costs more) and keeps the fastest of them, since the
     levers cost time very differently (a CPU Adam step against FSDP's gathers). None fits: the levers stay off
-    and MEM001 reports the plan."""
-    if res.winner.fits and not res.winner.broken:
+    and MEM001 reports the plan. A plan that fits but breaks a rule (nothing legal: the pins' own error, OVL011 for
+    two MTP layers under a pinned EP overlap) is left as it is: a lever frees memory and makes no rule hold, and
+    each rung's search would rule-check hundreds of plans for nothing (seconds of a pre-commit hook)."""
+    if res.winner.fits:
         return res
     base_state, base_gib, tried = ctx["optimizer_state"], res.winner.mem["total_gib"], []
     found: list[tuple[Lever, SearchResult, tuple[Any, Any]]] = []

@@ -20,7 +20,7 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from mocompile import layout as layouts
 from mocompile import memory, plancache, steptime
@@ -222,8 +222,9 @@ def _bools(ctx: Context, path: tuple[str, str], goal_default: list[bool]) -> lis
     return [bool(pinned)] if pinned is not None else goal_default
 
 
-@dataclass(frozen=True)
-class Layout:
+class Layout(NamedTuple):
+    """A (TP, PP, VPP, EP, ETP, CP) the search enumerates (a tuple: the 1024-GPU search makes hundreds)."""
+
     tp: int
     pp: int
     vpp: int
@@ -414,6 +415,7 @@ class Scorer:
         self._nvlink_domain = ctx["nvlink_domain"]
         self._steps = steptime.StepModel(ctx.model, self.hw, self.batch, self.world)  # memoises per knob too
         self._checks: dict[tuple[Any, ...], list[tuple[str, Any]]] = {}
+        self._shared_by: dict[tuple[bool, str], bool] = {}
 
     @property
     def estimator(self) -> memory.Estimator:
@@ -453,8 +455,15 @@ class Scorer:
                                      cand.dispatcher if cand.dispatcher in FLEX else None,
                                      min(self._nvlink_domain, cand.ep * cand.etp),
                                      self._impl.get(cand.graphs) or _graph_impl(self.ctx, cand.graphs),
-                                     self._scopes_of(cand.graphs),
-                                     _shared_expert_overlap(self.ctx, cand.overlap, cand.dispatcher))
+                                     self._scopes_of(cand.graphs), self._shared(cand.overlap, cand.dispatcher))
+
+    def _shared(self, overlap: bool, dispatcher: str) -> bool:
+        """``_shared_expert_overlap`` of a candidate (it reads only these two of its fields)."""
+        key = (overlap, dispatcher)
+        hit = self._shared_by.get(key)
+        if hit is None:
+            hit = self._shared_by[key] = _shared_expert_overlap(self.ctx, overlap, dispatcher)
+        return hit
 
     def _scopes_of(self, graphs: str) -> tuple[str, ...]:
         hit = self._scopes.get(graphs)
@@ -473,7 +482,7 @@ class Scorer:
         return (cand.tp, cand.pp, cand.vpp, cand.ep, cand.etp, cand.cp, *(rung or (None, None)), bool(cand.overlap),
                 cand.dispatcher if flex else None, min(self._nvlink_domain, cand.ep * cand.etp),
                 self._impl.get(cand.graphs) or _graph_impl(self.ctx, cand.graphs), self._scopes_of(cand.graphs),
-                _shared_expert_overlap(self.ctx, cand.overlap, cand.dispatcher))
+                self._shared(cand.overlap, cand.dispatcher))
 
     def score(self, cand: Candidate, anchor: str | None = None) -> Scored:
         self.count += 1
@@ -542,6 +551,16 @@ class Scorer:
         return found
 
 
+def _candidate(tp: int, pp: int, vpp: int, ep: int, etp: int, cp: int, dispatcher: str, overlap: bool,
+               delay_wgrad: bool, recompute: Rung, graphs: str) -> Candidate:
+    """``Candidate(...)`` for the search's hot path (every field an init field, no ``__post_init__``): without the
+    frozen dataclass's per-field ``object.__setattr__``."""
+    new = object.__new__(Candidate)
+    new.__dict__.update(tp=tp, pp=pp, vpp=vpp, ep=ep, etp=etp, cp=cp, dispatcher=dispatcher, overlap=overlap,
+                        delay_wgrad=delay_wgrad, recompute=recompute, graphs=graphs, num_sms=None)
+    return new
+
+
 def _with(cand: Candidate, **fields: Any) -> Candidate:
     """``replace(cand, **fields)`` for the search's hot path: a copy of the fields with some changed
     (``Candidate`` has no ``__post_init__`` and every field is an init field), without ``dataclasses.replace``'s
@@ -576,11 +595,12 @@ def _frugal_knob(knobs: list[tuple[str, bool, bool, str]]) -> tuple[str, bool, b
 
 
 def _stand_in(sc: Scorer, cand: Candidate, frugal: tuple[str, bool, bool, str],
-              rungs_by_ov: dict[bool, list[Rung]]) -> Candidate:
+              rungs_by_ov: dict[bool, list[Rung]], light: bool = False) -> Candidate:
     """A layout's stage-1 representative: its default knobs at the lightest fitting recompute rung, or,
-    only when that does not fit, the frugal knobs at theirs (which may still not fit)."""
+    only when that does not fit, the frugal knobs at theirs (which may still not fit). ``light``: the caller
+    found its weights under the limit (``Scorer.weight_bound``)."""
     # a layout whose weights alone are over the limit fits with no knobs: straight to the frugal ones
-    if not sc.weight_bound(cand):
+    if light or not sc.weight_bound(cand):
         cand = sc.lightest_fitting(cand, rungs_by_ov[cand.overlap])
         if sc.total_gib(cand) <= sc.limit:
             return cand
@@ -705,7 +725,7 @@ def complexity(c: Candidate) -> int:
         + (c.pp > 1) + (c.tp > 1) + (c.cp > 1)
 
 
-def _rank_key(goal: str, scored: list[Scored] | None = None):
+def _rank_key(goal: str) -> Callable[[Scored], tuple[Any, ...]]:
     """How a goal orders scored plans. ``fit``: the least memory first, in steps the memory estimate's measured error
     wide (``memory_step``): plans in one step count as equal and the fastest of them wins. A plan 0.2 GiB larger is
     not "less likely to fit" by anything the estimate can tell, while being 2x slower is real."""
@@ -922,15 +942,19 @@ def _search_pinned(ctx: Context) -> SearchResult:
     # in layout order; a layout whose weights alone are over the limit (``Scorer.weight_bound``) fits with no knobs:
     # its stand-in is made only if the unfit are ranked (a 1024-GPU search has hundreds)
     unfit_or_heavy: list[tuple[Candidate, bool]] = []
-    for lay in layouts_for(ctx, sc.world):
-        disp, ov, dw, graphs = defaults[2 if lay.ep * lay.etp > 1 else 1]
-        if flex_withheld(ctx, disp, lay.ep * lay.etp):
-            disp = "alltoall"
-        cand = Candidate(lay.tp, lay.pp, lay.vpp, lay.ep, lay.etp, lay.cp, disp, ov, dw, (None,) * 4, graphs)
+    withheld: dict[int, bool] = {}  # by EP group size: flex_withheld of the default dispatcher
+    no_rung = (None,) * 4
+    for tp, pp, vpp, ep, etp, cp in layouts_for(ctx, sc.world):
+        group = ep * etp
+        disp, ov, dw, graphs = defaults[2 if group > 1 else 1]
+        held = withheld.get(group)
+        if held is None:
+            held = withheld[group] = bool(flex_withheld(ctx, disp, group))
+        cand = _candidate(tp, pp, vpp, ep, etp, cp, "alltoall" if held else disp, ov, dw, no_rung, graphs)
         if sc.weight_bound(cand):
             unfit_or_heavy.append((cand, True))
             continue
-        cand = _stand_in(sc, cand, frugal, rungs_by_ov)
+        cand = _stand_in(sc, cand, frugal, rungs_by_ov, light=True)
         if sc.total_gib(cand) > sc.limit:
             unfit_or_heavy.append((cand, False))
             continue
@@ -942,7 +966,7 @@ def _search_pinned(ctx: Context) -> SearchResult:
         unfit = [_stand_in(sc, cand, frugal, rungs_by_ov) if heavy else cand for cand, heavy in unfit_or_heavy]
         unfit.sort(key=sc.total_gib)
         first += [sc.score(c) for c in unfit[:LAYOUT_SHORTLIST]]
-    first.sort(key=_rank_key(ctx.goal, first))
+    first.sort(key=_rank_key(ctx.goal))
     shortlist = {(s.cand.tp, s.cand.pp, s.cand.vpp, s.cand.ep, s.cand.etp, s.cand.cp) for s in first[:LAYOUT_SHORTLIST]}
     fitting = [s for s in first if s.fits] if ctx.goal == "fit" else []
     if fitting:
@@ -983,7 +1007,7 @@ def _search_pinned(ctx: Context) -> SearchResult:
         pool[anchor_scored.cand] = anchor_scored
 
     # 3. rank, then rule-check best first until the winner and three runners-up are legal
-    ranked = sorted(pool.values(), key=_rank_key(ctx.goal, list(pool.values())))
+    ranked = sorted(pool.values(), key=_rank_key(ctx.goal))
     legal: list[Scored] = []
     excluded: list[Scored] = []
     seen: set[str] = set()

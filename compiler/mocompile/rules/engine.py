@@ -5,8 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import re
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from mocompile import memory
 from mocompile.datafiles import load_yaml
@@ -20,8 +19,9 @@ VERSION_KEYS = {"megatron_core": "mcore_version", "megatron_bridge": "bridge_ver
                 "torch": "torch_version", "transformer_engine": "te_version"}
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(NamedTuple):
+    """One catalogue rule (a tuple, as ``ir.Position``: built at import by every command-line run)."""
+
     id: str
     name: str
     severity: str
