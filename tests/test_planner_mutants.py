@@ -725,7 +725,10 @@ def test_a_shipped_recipe_the_pins_break_is_named_with_the_rules_it_breaks(tmp_p
 def test_each_planner_field_gets_its_own_reason():
     p = plan_of(RECIPES / "tiny-moe-h100x2.yaml")
     why = {k: p.settings[k].reason for k in p.settings}
-    assert why["tensor_model_parallel_size"].startswith("fastest predicted plan: ")
+    # the documented defaults are kept over a plan predicted 1.5 % faster (inside the model's error): the head says
+    # so, not "fastest predicted plan", and the decision after it gives both numbers
+    assert why["tensor_model_parallel_size"].startswith("the documented defaults, kept over a faster prediction")
+    assert "faster, inside the model's" in why["tensor_model_parallel_size"]
     for name in ("virtual_pipeline_model_parallel_size", "expert_model_parallel_size", "pipeline_model_parallel_size",
                  "context_parallel_size", "delay_wgrad_compute", "expert_tensor_parallel_size"):
         assert why[name].startswith(PART), name

@@ -203,3 +203,20 @@ def test_a_vendored_config_is_the_bases_and_is_checked_against_the_base(tmp_path
     with pytest.raises(InputError) as exc:
         compile_recipe(str(r))
     assert exc.value.diagnostics[0].rule == "HFC002"
+
+
+def test_an_mla_familys_query_projection_width_is_a_number_it_takes(tmp_path):
+    """`q_lora_rank` is one of the numbers an MLA family's Bridge provider takes (catalogue.RESIZABLE), and the
+    schema now accepts it in a model mapping (it answered "unknown key `model.q_lora_rank`"). On a family without MLA
+    it is an architecture the generic provider lacks (MDL001), and the hint no longer offers it as a number to change."""
+    (tmp_path / "pyproject.toml").write_text("")
+    ok = tmp_path / "mla.yaml"
+    ok.write_text("schema: 1\nname: r\nmodel: {base: deepseek-v3, num_layers: 16, q_lora_rank: 1024}\n"
+                  "hardware: {gpu: h100, nodes: 4}\ngoal: throughput\n")
+    r = compile_recipe(str(ok), out_rel=str(tmp_path / "gen"))
+    assert not r.errors, [(d.rule, d.message) for d in r.errors]
+    assert r.plan.model["resized"]["fields"] == {"num_layers": 16, "q_lora_rank": 1024}
+    train = next(v for k, v in r.files.items() if k.endswith("train.py"))
+    assert "model.q_lora_rank = 1024" in train
+    d = _refusal({"base": "qwen3-30b-a3b", "q_lora_rank": 512})
+    assert d.rule == "MDL001" and "`q_lora_rank`" in d.message and "q_lora_rank" not in d.hint

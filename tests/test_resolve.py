@@ -428,3 +428,29 @@ def test_goal_fit_treats_memory_in_one_error_wide_step_as_equal_and_takes_the_fa
     assert sorted([least, edge], key=key) == [edge, least] and sorted([beyond, least], key=key) == [least, beyond]
     # where nothing fits, the least memory first (what MEM001 reports is the plan nearest to fitting)
     assert sorted([plan(90.0, 1.0, False), plan(80.0, 9.0, False)], key=key)[0].mem["total_gib"] == 80.0
+
+
+@pytest.mark.parametrize("pins,rule,want", [
+    # selective recompute with a pinned layer count: kept, and RC004 refuses it at the user's line (the planner used
+    # to drop the 4 and print the ladder's None as "pinned in the recipe")
+    ("{granularity: selective, num_layers: 4}", "RC004", ("selective", None, 4)),
+    ("{granularity: selective, method: block}", "RC004", ("selective", "block", None)),
+    # a layer count or method alone: Megatron-Core reads them only under full granularity, so they ask for it; RC003
+    # then asks for the other half of the pair
+    ("{num_layers: 4}", "RC003", ("full", None, 4)),
+    ("{method: uniform}", "RC003", ("full", "uniform", None)),
+    # both: full recompute exactly as pinned, legal
+    ("{num_layers: 2, method: block}", None, ("full", "block", 2)),
+    ("{granularity: full, method: uniform, num_layers: 1}", None, ("full", "uniform", 1)),
+])
+def test_a_pinned_recompute_method_or_layer_count_reaches_the_plan_as_written(tmp_path, pins, rule, want):
+    """A shipped recipe serves this intent (Qwen3-30B on 16 H100s, no recompute): the pins are laid over it too."""
+    path = headline(tmp_path)
+    path.write_text(path.read_text() + f"recompute: {pins}\n")
+    r = analyse(str(path))
+    assert [d.rule for d in r.errors] == ([rule] if rule else [])
+    if rule:
+        assert r.errors[0].position.line == 7  # the recompute line
+    p = r.plan
+    assert (p["recompute_granularity"], p["recompute_method"], p["recompute_num_layers"]) == want
+    assert p.settings["recompute_num_layers"].source == "user" or want[2] is None

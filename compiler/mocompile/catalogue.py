@@ -159,7 +159,9 @@ def _refuse_unbuildable(merged: dict[str, Any], base_id: str | None, spec: dict[
         return
     edited = sorted(k for k in spec if k not in _LABELS and k not in RESIZABLE)
     where = ("model",) if not edited else ("model", edited[0])
-    hint = (f"change only the numbers Bridge's {base_id} recipe takes ({', '.join(sorted(RESIZABLE))}): train.py then "
+    # MLA's query projection is a number only an MLA family's recipe takes
+    takes = sorted(k for k in RESIZABLE if k != "q_lora_rank" or models().get(base_id or "", {}).get("attention") == "mla")
+    hint = (f"change only the numbers Bridge's {base_id} recipe takes ({', '.join(takes)}): train.py then "
             f"keeps that recipe's architecture" if base_id else
             "start from a catalogue model of that architecture with `base:` and change only its numbers")
     if any("router" in k for k in kinds):

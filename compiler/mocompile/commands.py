@@ -339,7 +339,8 @@ def _print_planner(p: dict) -> None:
     print(f"  chosen    {c['plan']}\n            {row(c)}" + (f"  [{tag}: {c['anchor']}]" if c.get("anchor") else ""))
     a = p.get("anchor")
     if a and not (c.get("anchor") and ref.get("kind") == "shipped"):
-        state = "breaks " + ", ".join(a["broken"]) if a["broken"] else "does not fit" if not a["fits"] else "slower"
+        state = "breaks " + ", ".join(a["broken"]) if a["broken"] else "does not fit" if not a["fits"] else \
+            "slower" if a["step_time_s"] >= c["step_time_s"] else f"faster; goal {p['goal']} does not order by speed"
         print(f"  shipped   {a['plan']}\n            {row(a)}  [{a['anchor']}: {state}]")
     if ref and ref.get("kind") != "shipped" and not c.get("anchor"):
         print(f"  reference {ref['plan']}\n            {row(ref)}  [{tag}: {ref['anchor']}]")

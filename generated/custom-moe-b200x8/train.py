@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/custom-moe-b200x8.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:e456f8b170ba7648 input sha256:6341e99c59d6e90e
+# mocompile: checksum sha256:a7b3a7f19c587678 input sha256:6341e99c59d6e90e
 """custom-moe-b200x8: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 research-moe-12b on 8x NVIDIA B200 (HGX/DGX B200), goal throughput.
@@ -118,7 +118,7 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 4096  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 3.43 s/step, 442 TFLOPS/GPU, 38.4 GiB (of 347 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 3.431 s/step: the fastest plan found (TP1 PP1 EP8, hybridep, overlap off, recompute none, graphs te_rp) is predicted 3.371 s/step, 1.8% faster, inside the model's 16.1% error for a plan 1 knob away
+    model.tensor_model_parallel_size = 1  # goal: the documented defaults, kept over a faster prediction (the decision says why): 3.43 s/step, 442 TFLOPS/GPU, 38.4 GiB (of 347 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 3.431 s/step: the fastest plan found (TP1 PP1 EP8, hybridep, overlap off, recompute none, graphs te_rp) is predicted 3.371 s/step, 1.8% faster, inside the model's 16.1% error for a plan 1 knob away
     model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (3.43 s/step; see tensor_model_parallel_size)
     model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (3.43 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)

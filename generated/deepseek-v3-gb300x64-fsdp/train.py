@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-gb300x64-fsdp.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:89487ed06dc1f8de input sha256:61254ffce7f63ff1
+# mocompile: checksum sha256:69671f4dc13eea4b input sha256:61254ffce7f63ff1
 """deepseek-v3-gb300x64-fsdp: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 DeepSeek-V3 (671B-A37B) on 64x NVIDIA GB300 NVL72, goal throughput.
@@ -103,7 +103,7 @@ def build_config() -> ConfigContainer:
     cfg.tokenizer = TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=129280)
     model = cfg.model
     model.seq_length = 4096  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 5.79 s/step, 738 TFLOPS/GPU, 263.0 GiB (of 267 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 5.789 s/step: the fastest plan found (TP2 PP1 EP64, alltoall, overlap on, recompute none, graphs none) is predicted 5.604 s/step, 3.2% faster, inside the model's 29.6% error for a plan 4 knobs away
+    model.tensor_model_parallel_size = 1  # goal: the documented defaults, kept over a faster prediction (the decision says why): 5.79 s/step, 738 TFLOPS/GPU, 263.0 GiB (of 267 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 5.789 s/step: the fastest plan found (TP2 PP1 EP64, alltoall, overlap on, recompute none, graphs none) is predicted 5.604 s/step, 3.2% faster, inside the model's 29.6% error for a plan 4 knobs away
     model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (5.79 s/step; see tensor_model_parallel_size)
     model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (5.79 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/glm-4.5-air-24l-b200x32.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:b12b0e9fbbe9af6c input sha256:87ed6a2c9badb164
+# mocompile: checksum sha256:f94187f6cbc71c8c input sha256:87ed6a2c9badb164
 """glm-4.5-air-24l-b200x32: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 GLM-4.5-Air (106B-A12B) resized (num_layers 24, num_moe_experts 64) on 32x NVIDIA B200 (HGX/DGX B200), goal throughput.
@@ -103,7 +103,7 @@ def build_config() -> ConfigContainer:
     model.num_layers = 24  # model: glm-4.5-air resized (the intent's number; the recipe built glm-4.5-air's)
     model.num_moe_experts = 64  # model: glm-4.5-air resized (the intent's number; the recipe built glm-4.5-air's)
     model.moe_layer_freq = [0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]  # model: glm-4.5-air resized (the intent's number; the recipe built glm-4.5-air's)
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 12.02 s/step, 598 TFLOPS/GPU, 69.7 GiB (of 458 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 12.020 s/step: the fastest plan found (TP1 PP1 EP8, deepep, overlap on, recompute none, graphs none) is predicted 11.935 s/step, 0.7% faster, inside the model's 22.0% error for a plan 2 knobs away
+    model.tensor_model_parallel_size = 1  # goal: the documented defaults, kept over a faster prediction (the decision says why): 12.02 s/step, 598 TFLOPS/GPU, 69.7 GiB (of 458 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 12.020 s/step: the fastest plan found (TP1 PP1 EP8, deepep, overlap on, recompute none, graphs none) is predicted 11.935 s/step, 0.7% faster, inside the model's 22.0% error for a plan 2 knobs away
     model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (12.02 s/step; see tensor_model_parallel_size)
     model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (12.02 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)

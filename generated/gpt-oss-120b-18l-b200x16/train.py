@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/gpt-oss-120b-18l-b200x16.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:4919afd2c03375b5 input sha256:f265b5c96e602115
+# mocompile: checksum sha256:14920a26d86bde51 input sha256:f265b5c96e602115
 """gpt-oss-120b-18l-b200x16: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 GPT-OSS-120B resized (num_layers 18) on 16x NVIDIA B200 (HGX/DGX B200), goal throughput.
@@ -101,7 +101,7 @@ def build_config() -> ConfigContainer:
     model.seq_length = 4096  # training.seq_length
     model.num_layers = 18  # model: gpt-oss-120b resized (the intent's number; the recipe built gpt-oss-120b's)
     model.moe_layer_freq = 1  # model: gpt-oss-120b resized (the intent's number; the recipe built gpt-oss-120b's)
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 6.16 s/step, 385 TFLOPS/GPU, 88.3 GiB (of 363 candidates scored); kept the nearest tuned recipe Bridge ships (gpt_oss_120b_pretrain_64gpu_b200_bf16_config, moved to this setting) at 6.156 s/step: the fastest plan found (TP1 PP2 VPP2 EP8, hybridep, overlap off, recompute none, graphs none) is predicted 5.642 s/step, 8.4% faster, inside the model's 29.6% error for a plan 4 knobs away
+    model.tensor_model_parallel_size = 1  # goal: the nearest tuned recipe Bridge ships, kept over a faster prediction (the decision says why): 6.16 s/step, 385 TFLOPS/GPU, 88.3 GiB (of 363 candidates scored); kept the nearest tuned recipe Bridge ships (gpt_oss_120b_pretrain_64gpu_b200_bf16_config, moved to this setting) at 6.156 s/step: the fastest plan found (TP1 PP2 VPP2 EP8, hybridep, overlap off, recompute none, graphs none) is predicted 5.642 s/step, 8.4% faster, inside the model's 29.6% error for a plan 4 knobs away
     model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (6.16 s/step; see tensor_model_parallel_size)
     model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (6.16 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)

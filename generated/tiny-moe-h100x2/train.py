@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/tiny-moe-h100x2.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:a6b1f875ed617087 input sha256:d060e1ca0c1bf7bb
+# mocompile: checksum sha256:e50334da000527ff input sha256:d060e1ca0c1bf7bb
 """tiny-moe-h100x2: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (a small test MoE) on 2x NVIDIA H100 80GB HBM3, goal throughput.
@@ -128,7 +128,7 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 2048  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: fastest predicted plan: 0.22 s/step, 54 TFLOPS/GPU, 9.5 GiB (of 37 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.221 s/step: the fastest plan found (TP1 PP1 EP2, hybridep, overlap off, recompute none, graphs none) is predicted 0.217 s/step, 1.5% faster, inside the model's 16.1% error for a plan 1 knob away
+    model.tensor_model_parallel_size = 1  # goal: the documented defaults, kept over a faster prediction (the decision says why): 0.22 s/step, 54 TFLOPS/GPU, 9.5 GiB (of 37 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.221 s/step: the fastest plan found (TP1 PP1 EP2, hybridep, overlap off, recompute none, graphs none) is predicted 0.217 s/step, 1.5% faster, inside the model's 16.1% error for a plan 1 knob away
     model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.22 s/step; see tensor_model_parallel_size)
     model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.22 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)

@@ -16,6 +16,7 @@ from mocompile.optimizer_state import adam_peak_bytes, keeps_fp32_master
 from mocompile.resolve.context import Context
 from mocompile.resolve.search import (
     HIDDEN_PINS,
+    KIND_PHRASE,
     KnobPinsHidden,
     Scorer,
     SearchResult,
@@ -59,15 +60,23 @@ GOAL_WHY = {"throughput": "fastest predicted plan",
             "bring-up": "simplest legal plan (alltoall, no overlap, no graphs, least model parallelism)"}
 
 
+# what a goal other than throughput orders plans by, where the plan it chose is slower than a reference
+GOAL_ORDER = {"fit": "less memory first", "bring-up": "the simplest plan first, not the fastest"}
+
 MBS_CHOICES = (1, 2, 4, 8, 16)
 
 
-def _goal_why(ctx: Context, w: Any) -> str:
+def _goal_why(ctx: Context, w: Any, res: SearchResult | None = None) -> str:
     """What put the winner first, as the goal orders plans; said as it is where no plan fits (the memory error says
-    why) or where pins overrule what bring-up would choose (a pinned dispatcher, overlap or graphs)."""
+    why), where pins overrule what bring-up would choose (a pinned dispatcher, overlap or graphs), or where throughput
+    kept its reference plan over a faster prediction (``verdict`` gives both numbers): not "fastest" then."""
     if not w.fits:
         return (f"no plan fits under the {memory.usable_gib(ctx.hw['memory_gib']):.1f} GiB limit (MEM001 says what "
                 f"would); the first of goal {ctx.goal}'s order")
+    ref, best = (res.reference, res.best) if res is not None else (None, None)
+    if ctx.goal == "throughput" and ref is not None and ref.kind in KIND_PHRASE and ref.cand == w.cand \
+            and best is not None and best.cand != w.cand and best.step < w.step:
+        return f"{KIND_PHRASE[ref.kind]}, kept over a faster prediction (the decision says why)"
     why = GOAL_WHY[ctx.goal]
     if ctx.goal == "bring-up":
         pinned = [name for name, (section, key) in (("dispatcher", ("moe", "dispatcher")), ("overlap", ("moe", "overlap")),
@@ -365,13 +374,13 @@ def plan(ctx: Context) -> None:
     res = _decide(ctx)
     w = res.winner
     est = w.est
-    head = (f"{_goal_why(ctx, w)}: {est.step_s:.2f} s/step, {est.tflops_per_gpu:.0f} TFLOPS/GPU, "
+    head = (f"{_goal_why(ctx, w, res)}: {est.step_s:.2f} s/step, {est.tflops_per_gpu:.0f} TFLOPS/GPU, "
             f"{w.mem['total_gib']:.1f} GiB (of {res.scored} candidates scored)")
     share = ctx["optimizer_offload_fraction"]
     if share:  # not in the plan's label, and it can be most of the step: say it with the step it is part of
         head += (f", with {share:g} of Adam's state and step on the host CPU ({est.terms.get('optimizer', 0.0):.2f} s of "
                  "the step: see optimizer_offload_fraction)")
-    said = verdict(w, res.reference, res.best, ctx.model)
+    said = verdict(w, res.reference, res.best, ctx.model, ctx.goal)
     if said and res.reference is not None and res.reference.kind != "shipped":  # a shipped recipe is said below
         head += f"; {said}"
     if w.anchor and w.kind == "shipped":
@@ -379,7 +388,8 @@ def plan(ctx: Context) -> None:
         if not steptime.covers(ctx.model):
             head += f" (the step-time model does not cost {ctx.model.get('attention')} attention: measured recipe kept)"
     elif res.anchor is not None:
-        lost = why_lost(res.anchor, w) if res.anchor.broken or not res.anchor.fits else "slower"
+        lost = why_lost(res.anchor, w) if res.anchor.broken or not res.anchor.fits else \
+            "slower" if ctx.goal == "throughput" or res.anchor.step >= w.step else f"goal {ctx.goal}: {GOAL_ORDER[ctx.goal]}"
         gap = res.anchor.step - w.step  # the shipped recipe may be faster only where the pins break it or it does not fit
         than = f"{abs(gap):.2f} s/step {'faster' if gap >= 0 else 'slower'}"
         head += f"; predicted {than} than the shipped {res.anchor.anchor} ({res.anchor.step:.2f} s, {lost})"

@@ -156,9 +156,17 @@ def _rungs(ctx: Context, overlap: bool) -> list[Rung]:
         return [("full", None, "uniform", 1) if method is None and nlayers is None else ("full", None, method, nlayers)]
     if gran == "selective" and mods is not None:
         return [("selective", tuple(mods), method, nlayers)]
+    pinned_pair = method is not None or nlayers is not None
+    if gran is None and mods is None and pinned_pair:
+        # Megatron-Core reads recompute_method and recompute_num_layers only under full granularity
+        # (transformer_config.py): pinning either asks for full recompute, with the user's values (RC003 asks for the
+        # other half of the pair, RC007 checks the layer count)
+        return [("full", None, method, nlayers)]
     rungs = ladder(ctx, overlap)
     if gran == "selective":
-        rungs = [r for r in rungs if r[0] == "selective"]
+        # a pinned method or layer count is kept, never dropped: RC004 refuses it beside selective recompute, at the
+        # user's line (the plan used to print the ladder's None as "pinned in the recipe")
+        rungs = [(r[0], r[1], method, nlayers) if pinned_pair else r for r in rungs if r[0] == "selective"]
     if mods is not None:  # modules pinned, granularity auto: selective with those modules
         rungs = [("selective", tuple(mods), method, nlayers)]
     return rungs
@@ -636,9 +644,15 @@ def anchor_candidate(ctx: Context, a: dict[str, Any], pins: bool = True) -> Cand
     cand = replace(cand, overlap=ov[0], delay_wgrad=dw[0] and ov[0] if pinned_value(ctx, "moe", "delay_wgrad") is None else dw[0])
     gran, mods = pinned_value(ctx, "recompute", "granularity"), pinned_value(ctx, "recompute", "modules")
     # a recompute pin the recipe already satisfies keeps the recipe's rung (pinning what auto chose changes nothing)
+    method, nlayers = ctx.pinned("recompute", "method"), ctx.pinned("recompute", "num_layers")
     if (gran is not None or mods is not None) and not (
             cand.recompute[0] == "selective" and gran in (None, "selective")
-            and (mods is None or tuple(mods) == tuple(cand.recompute[1] or ()))):
+            and (mods is None or tuple(mods) == tuple(cand.recompute[1] or ()))
+            and method is None and nlayers is None):
+        cand = replace(cand, recompute=_rungs(ctx, cand.overlap)[0])
+    elif (method is not None or nlayers is not None) and cand.recompute[2:] != (method or cand.recompute[2],
+                                                                                nlayers or cand.recompute[3]):
+        # a pinned recompute method or layer count the recipe does not run: the pins' rung (never dropped)
         cand = replace(cand, recompute=_rungs(ctx, cand.overlap)[0])
     return without_idle_overlap(ctx, cand)
 
@@ -1247,9 +1261,11 @@ _UNCOSTED = ("the step-time model does not cost {attention} attention (steptime.
              "leaves it")
 
 
-def verdict(winner: Scored, ref: Scored | None, best: Scored | None, model: dict[str, Any] | None = None) -> str:
+def verdict(winner: Scored, ref: Scored | None, best: Scored | None, model: dict[str, Any] | None = None,
+            goal: str = "throughput") -> str:
     """Why the chosen plan is the reference or left it, with both predicted step times and the error band
-    (``required_ratio``, at ``trust_margin(model)``) the gain had to clear; empty without a reference."""
+    (``required_ratio``, at ``trust_margin(model)``) the gain had to clear; empty without a reference. Goals fit and
+    bring-up leave a reference by their own order (memory, simplicity), whatever its speed: said so."""
     if ref is None or ref.kind is None:
         return ""
     what = f"{KIND_PHRASE[ref.kind]} ({ref.anchor})"
@@ -1267,6 +1283,10 @@ def verdict(winner: Scored, ref: Scored | None, best: Scored | None, model: dict
         need = 1.0 - required_ratio(margin, d)
         return f"{found}, inside the model's {need:.1%} error for a plan {d} knob{'s' if d != 1 else ''} away"
     d = knob_distance(winner.cand, ref.cand)
+    if goal != "throughput":
+        change = winner.step / ref.step - 1
+        return (f"left {what} ({ref.cand.label()}, {ref.step:.3f} s/step) by goal {goal}'s order, not by speed: "
+                f"predicted {winner.step:.3f} s/step ({abs(change):.1%} {'slower' if change >= 0 else 'faster'})")
     need = 1.0 - required_ratio(margin, d)
     return (f"left {what} ({ref.cand.label()}, {ref.step:.3f} s/step): predicted {winner.step:.3f} s/step, "
             f"{1 - winner.step / ref.step:.1%} faster, beyond the model's {need:.1%} error for a plan {d} "
