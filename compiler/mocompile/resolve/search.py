@@ -1233,6 +1233,9 @@ def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None, goal: 
         what = KIND_PHRASE.get(anchor.kind or "shipped", "the reference plan")
         than = (f"{-slower:.2f} s ({gain}) {side} than {what}" if ref_won else
                 f"{-slower:.2f} s faster than the chosen plan and {gain} {side} than {what}")
+        if round(-slower, 2) == 0.0:  # not "0.00 s (0.0%) faster": the two round to one step time
+            than = f"the same step as {what}, to 0.01 s" if ref_won else \
+                f"the same step as the chosen plan, to 0.01 s, and {gain} {side} than {what}"
         measured = ", which is measured" if (anchor.kind or "shipped") == "shipped" and \
             not (anchor.anchor or "").endswith(ADAPTED) else ""
         if margin == float("inf"):
@@ -1247,8 +1250,9 @@ def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None, goal: 
                     f"{extra} extra feature{'s' if extra != 1 else ''} must buy (flex dispatcher, overlap, graphs, "
                     "model parallelism: search.complexity)")
     step = signed_step(slower)
-    step = "the same step" if step == "same predicted step" else f"{step}/step"
-    return f"predicted {step} ({names.get(term, term)} {signed_step(delta)})"
+    if step == "same predicted step":  # no term to name: "(compute same predicted step)" read as nothing
+        return "predicted the same step (to the millisecond): the chosen plan comes first in the planner's order"
+    return f"predicted {step}/step ({names.get(term, term)} {signed_step(delta)})"
 
 
 KIND_PHRASE = {"shipped": "the shipped recipe", "near": "the nearest tuned recipe Bridge ships",
