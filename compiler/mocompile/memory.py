@@ -329,6 +329,9 @@ class Estimator:
         self.opt_state = c.get("optimizer_state") or "fp32"
         self.offload = float(c.get("optimizer_offload_fraction") or 0.0)
         self.fp8_master = keeps_fp32_master(c.get("fp8"))
+        # what exists only while Adam steps, per parameter of the optimizer shard (optimizer_state.step_bytes)
+        self.step_per = step_bytes(self.opt_state, self.offload, self.fp8_master,
+                                   main_grad_copies=self.grad == 2) if self.opt != "muon" else 0.0
         self.fsdp = bool(c.get("use_megatron_fsdp"))
         self.act_offload = tuple(c.get("offload_modules") or ())
         self.seq, self.mbs, self.gbs = c["seq_length"], c["micro_batch_size"], c["global_batch_size"]
@@ -354,7 +357,6 @@ class Estimator:
         self._weights: dict[tuple[int, ...], tuple[Any, ...]] = {}
         self._ranks: dict[tuple[Any, ...], tuple[Any, ...]] = {}   # _weights_of's per-rank weighing
         self._sums: dict[tuple[int, int], tuple[tuple[float, float, int], ...]] = {}
-        self._step_per: float | None = None  # _weights_of's optimizer-step bytes per parameter (the same for all)
         self._buffer_bytes: dict[tuple[Any, ...], float] = {}
         self._distinct: dict[tuple[int, int], tuple[tuple[float, float, int], ...]] = {}
         self._acts: dict[tuple[Any, ...], tuple[float, ...]] = {}
@@ -423,10 +425,7 @@ class Estimator:
             layer = (p["attention"] / m["num_layers"] + (p["shared"] + p["router"]) / n_moe) / tp \
                 + p["experts"] / n_moe / (ep * etp)
             unfused_wgrad = 2.0 * (layer + p["embedding"] / 2 / tp)
-        # what exists only while Adam steps, per parameter of the optimizer shard (optimizer_state.step_bytes)
-        step_per = self._step_per
-        if step_per is None:
-            step_per = self._step_per = step_bytes(st, off, fp8m, main_grad_copies=grad == 2) if opt != "muon" else 0.0
+        step_per = self.step_per
 
         def weigh(layers_rank: float, dense_here: float, mtp_here: int = 0) -> tuple[Any, ...]:
             """Weights, gradients and optimizer state of a pipeline rank with ``layers_rank`` layers, ``dense_here``

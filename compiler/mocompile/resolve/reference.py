@@ -218,12 +218,12 @@ def fallback(ctx: Context, sc: Any, first: list[Any], rungs_by_ov: dict[bool, li
     """The scored reference where no shipped recipe matches (or it breaks a rule or does not fit here):
     the nearest shipped recipe moved onto this setting, else the documented defaults. Legal and fitting,
     or None."""
-    from mocompile.resolve.search import layouts_for
+    from mocompile.resolve.search import batch_divides, layouts_for
 
     # only layouts whose data parallelism divides the global batch (rule PAR007, which the layout grid leaves to
     # the rules): on 24 GPUs most of the grid does not, and a reference that breaks a rule serves nobody
-    layouts = [lay for lay in layouts_for(ctx, sc.world) if _batch_divides(ctx, sc.world, lay)]
-    first = [s for s in first if _batch_divides(ctx, sc.world, s.cand)]
+    layouts = [lay for lay in layouts_for(ctx, sc.world) if batch_divides(ctx, lay, sc.world)]
+    first = [s for s in first if batch_divides(ctx, s.cand, sc.world)]
     near = nearest(ctx)
     if near is not None and layouts:
         for cand in moves(ctx, near, layouts, SETTLE_TRIES):
@@ -235,14 +235,6 @@ def fallback(ctx: Context, sc: Any, first: list[Any], rungs_by_ov: dict[bool, li
         if s is not None:
             return s
     return None
-
-
-def _batch_divides(ctx: Context, world: int, lay: Any) -> bool:
-    """Does the global batch divide into whole micro-batches over ``lay``'s data parallelism (rule PAR007)?"""
-    from mocompile.resolve.search import batch_split
-
-    batch = batch_split(ctx, lay, world)
-    return batch is None or batch[0] % batch[1] == 0
 
 
 def _settle(sc: Any, cand: Candidate, rungs_by_ov: dict[bool, list[Any]], label: str, kind: str) -> Any:

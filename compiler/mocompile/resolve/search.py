@@ -1124,16 +1124,17 @@ def min_gpus_that_fit(ctx: Context, limit_gpus: int = MAX_GPUS) -> int | None:
                 lo = mid + 1
         # and whose data parallelism divides the global batch (rule PAR007): a count the batch cannot run on is
         # no answer; more GPUs only lower the estimate, so the next multiples that divide it fit too
-        while lo <= top and not _batch_runs(ctx, lay, lo * step):
+        while lo <= top and not batch_divides(ctx, lay, lo * step):
             lo += 1
         if lo <= top:
             best = lo * step
     return best
 
 
-def _batch_runs(ctx: Context, lay: Any, world: int) -> bool:
-    """Does the global batch divide into whole micro-batches over ``lay``'s data parallelism on ``world`` GPUs
-    (rule PAR007)? True while the micro-batch size is still ``auto``."""
+def batch_divides(ctx: Context, lay: Any, world: int) -> bool:
+    """Does the global batch divide into whole micro-batches over ``lay``'s (a layout's or candidate's) data
+    parallelism on ``world`` GPUs (rule PAR007)? True while the micro-batch size is still ``auto``. The smallest GPU
+    count MEM001 names and the reference plans (``reference.fallback``) both keep to it."""
     split = batch_split(ctx, lay, world)
     return split is None or split[0] % split[1] == 0
 
@@ -1286,11 +1287,11 @@ def verdict(winner: Scored, ref: Scored | None, best: Scored | None, model: dict
             return f"{found}, but {_UNCOSTED.format(attention=(model or {}).get('attention'))}"
         need = 1.0 - required_ratio(margin, d)
         return f"{found}, inside the model's {need:.1%} error for a plan {d} knob{'s' if d != 1 else ''} away"
-    d = knob_distance(winner.cand, ref.cand)
     if goal != "throughput":
         change = winner.step / ref.step - 1
         return (f"left {what} ({ref.cand.label()}, {ref.step:.3f} s/step) by goal {goal}'s order, not by speed: "
                 f"predicted {winner.step:.3f} s/step ({abs(change):.1%} {'slower' if change >= 0 else 'faster'})")
+    d = knob_distance(winner.cand, ref.cand)
     need = 1.0 - required_ratio(margin, d)
     return (f"left {what} ({ref.cand.label()}, {ref.step:.3f} s/step): predicted {winner.step:.3f} s/step, "
             f"{1 - winner.step / ref.step:.1%} faster, beyond the model's {need:.1%} error for a plan {d} "
@@ -1298,6 +1299,6 @@ def verdict(winner: Scored, ref: Scored | None, best: Scored | None, model: dict
 
 
 __all__ = ["SearchResult", "Scored", "Scorer", "anchors", "knob_distance", "layouts_for", "match_anchor",
-           "MAX_GPUS", "batch_split", "layout_fits", "without_idle_overlap", "weighted_step",
+           "MAX_GPUS", "batch_divides", "batch_split", "layout_fits", "without_idle_overlap", "weighted_step",
            "leaner_layouts", "min_gpus_that_fit", "required_ratio", "runs_as_shipped", "search", "settings",
            "shipped_plans", "why_lost"]
