@@ -89,7 +89,23 @@ def _distance(a: dict[str, Any], b: dict[str, Any], mbs_a: int, mbs_b: int) -> i
 def _text(base: str, pin: str) -> str:
     if pin.startswith("MBS "):
         return base.replace("micro_batch_size: auto", f"micro_batch_size: {pin[4:]}")
+    section, body = pin.split(": ", 1)
+    lines = base.splitlines()
+    for i, line in enumerate(lines):  # one mapping per section: join a pinned base's mapping
+        if line.startswith(section + ": {"):
+            lines[i] = line[:-1] + ", " + body[1:]
+            return "\n".join(lines) + "\n"
     return base + pin + "\n"
+
+
+def base_pins(p: Any) -> list[str]:
+    """Pins auto would not choose, for the second part: another dispatcher, another TP (with ETP beside it)."""
+    tp = p["tensor_model_parallel_size"]
+    return [*other_pins(p)["dispatcher"][:1], f"parallelism: {{tp: {1 if tp > 1 else 2}, etp: {1 if tp > 1 else 2}}}"]
+
+
+def _knob(pin: str) -> str:
+    return pin.split(": {", 1)[1].split(":", 1)[0] if pin.split(":")[0] in ("parallelism", "moe") else pin.split(":")[0]
 
 
 def main(argv: list[str]) -> int:
@@ -105,6 +121,7 @@ def main(argv: list[str]) -> int:
         print(s, flush=True)
 
     same = moved = faster = beats = tried_other = intents = 0
+    same2 = moved2 = pinned_bases = 0
     by_knob: dict[str, list[int]] = {}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -152,6 +169,38 @@ def main(argv: list[str]) -> int:
                         say(f"{'BEATS' if beyond else 'faster'} {model} {gpu} x{world} pin {pin}: "
                             f"{w['plan']} {w['step_time_s']:.3f} s vs auto {chosen['step_time_s']:.3f} s "
                             f"({1 - w['step_time_s'] / chosen['step_time_s']:.1%}; {d} knobs away, band {1 - band:.0%})")
+        # Part two: beside a pin auto would not choose (the fully free decision has none of them), pin each other
+        # knob to the pinned intent's own value
+        for model, gpu, nodes in itertools.product(args.models, GPUS, [8] if args.quick else NODES):
+            base0 = (f"schema: 1\nname: r\nmodel: {model}\nhardware: {{gpu: {gpu}, nodes: {nodes}}}\ngoal: throughput\n"
+                     "training: {seq_length: 4096, micro_batch_size: auto, global_batch_size: 1024}\n")
+            try:
+                p0 = _plan(tmp, base0)
+            except (InputError, SystemExit):
+                continue
+            if p0.memory["total_gib"] > p0.hardware["memory_gib"]:
+                continue
+            for first in base_pins(p0):
+                base = _text(base0, first)
+                try:
+                    p = _plan(tmp, base)
+                except (InputError, SystemExit):
+                    continue
+                if p.memory["total_gib"] > p.hardware["memory_gib"] or any(x.severity == "error" for x in p.diagnostics):
+                    continue
+                pinned_bases += 1
+                taken = {_knob(first)} | ({"etp"} if "etp:" in first else set())
+                for knob, pin in own_pins(p).items():
+                    if knob in taken:
+                        continue
+                    q = _plan(tmp, _text(base, pin))
+                    if q.planner["chosen"]["plan"] == p.planner["chosen"]["plan"]:
+                        same2 += 1
+                    else:
+                        moved2 += 1
+                        say(f"MOVED beside {first}: {model} {gpu} x{p.hardware['world_size']} pin {pin}: "
+                            f"{p.planner['chosen']['plan']} {p.planner['chosen']['step_time_s']:.3f} s -> "
+                            f"{q.planner['chosen']['plan']} {q.planner['chosen']['step_time_s']:.3f} s")
     say(f"intents (every shipped recipe withheld, a plan that fits): {intents}")
     say(f"pins of a knob to auto's own value: {same}/{same + moved} keep the plan "
         f"({same / max(1, same + moved):.0%}; target 100 %)")
@@ -159,6 +208,9 @@ def main(argv: list[str]) -> int:
     say(f"pins to another value (dispatcher, overlap, micro-batch) that fit: {tried_other}; predicted faster than "
         f"auto by > 0.5 %: {faster}; faster by more than the error band for their distance from auto's plan: "
         f"{beats} (target 0)")
+    say(f"beside one pin auto would not choose ({pinned_bases} pinned intents that fit and break no rule): pins of "
+        f"another knob to the pinned intent's own value: {same2}/{same2 + moved2} keep the plan "
+        f"({same2 / max(1, same2 + moved2):.0%}; target 100 %)")
     if args.out:
         args.out.write_text("\n".join(lines) + "\n")
     return 0

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-tiny-real-det.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:77e4cd63ca743905 input sha256:f8da35af9dc5ef3b
+# mocompile: checksum sha256:a06b1369ec32fa3c input sha256:f8da35af9dc5ef3b
 """bench-te-tiny-real-det: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (a small test MoE) on 1x NVIDIA H100 80GB HBM3, goal throughput.
@@ -135,7 +135,7 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 1024  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: the documented defaults, kept over a faster prediction (the decision says why): 0.28 s/step, 40 TFLOPS/GPU, 9.6 GiB (of 19 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.280 s/step: the fastest plan found (TP1 PP1 EP1, alltoall, overlap off, recompute none, graphs te_rp) is predicted 0.265 s/step, 5.3% faster, inside the model's 16.1% error for a plan 1 knob away
+    model.tensor_model_parallel_size = 1  # goal: the documented defaults, kept over a faster prediction (the decision says why): 0.28 s/step, 40 TFLOPS/GPU, 9.6 GiB (of 26 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.280 s/step: the fastest plan found (TP1 PP1 EP1, alltoall, overlap off, recompute none, graphs te_rp) is predicted 0.265 s/step, 5.3% faster, inside the model's 16.1% error for a plan 1 knob away
     model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
     model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.28 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)

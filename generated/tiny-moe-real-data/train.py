@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/tiny-moe-real-data.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:b7063c5d377e4f1c input sha256:3fadbc35df34ccd9
+# mocompile: checksum sha256:28900a2e273c33bc input sha256:3fadbc35df34ccd9
 """tiny-moe-real-data: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 tiny-moe (a small test MoE) on 2x NVIDIA H100 80GB HBM3, goal throughput.
@@ -145,7 +145,7 @@ def build_config() -> ConfigContainer:
                           logger=logger, tokenizer=tokenizer, checkpoint=checkpoint)
     model = cfg.model
     model.seq_length = 1024  # training.seq_length
-    model.tensor_model_parallel_size = 1  # goal: the documented defaults, kept over a faster prediction (the decision says why): 0.20 s/step, 27 TFLOPS/GPU, 6.4 GiB (of 37 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.204 s/step: the fastest plan found (TP1 PP1 EP2, hybridep, overlap off, recompute none, graphs none) is predicted 0.203 s/step, 0.2% faster, inside the model's 16.1% error for a plan 1 knob away
+    model.tensor_model_parallel_size = 1  # goal: the documented defaults, kept over a faster prediction (the decision says why): 0.20 s/step, 27 TFLOPS/GPU, 6.4 GiB (of 50 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 0.204 s/step: the fastest plan found (TP1 PP1 EP2, hybridep, overlap off, recompute none, graphs none) is predicted 0.203 s/step, 0.2% faster, inside the model's 16.1% error for a plan 1 knob away
     model.pipeline_model_parallel_size = 1  # goal: part of the chosen plan (0.20 s/step; see tensor_model_parallel_size)
     model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (0.20 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = None  # derived: even split (or no pipeline)

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from mocompile import memory, steptime
 from mocompile.optimizer_state import adam_peak_bytes, keeps_fp32_master
 from mocompile.resolve.context import Context
 from mocompile.resolve.search import (
-    HIDDEN_PINS,
     KIND_PHRASE,
+    PIN_UNITS,
     KnobPinsHidden,
     Scorer,
     SearchResult,
@@ -327,14 +328,15 @@ def fsdp_pays(ctx: Context, res: SearchResult) -> SearchResult:
     only_fsdp -= leaner_layouts(ctx, mp)
     if not only_fsdp:
         return res
-    kept = ctx.s["micro_batch_size"], ctx.by_micro_batch  # a trial's micro_batch() sets them
+    # at the plan's micro-batch size: a trial that also chose its own size would change two knobs at once and
+    # step past the micro-batch decision's own preference for 1 (Qwen3-235B on 64 H100s with alltoall pinned: auto
+    # kept 1, the FSDP trial took 8 and won, while 8 without FSDP was faster still, and pinning 8 gave that plan)
     with lever_trial(ctx, state, 0.0, True):
-        trial = first_search(ctx)
+        trial = search(ctx)
     t = trial.winner
     tmp = t.cand.tp * t.cand.pp * t.cand.cp
     # FSDP must be what lets the plan's layout fit: one that fits without it is the search's own to weigh
     if not t.fits or t.broken or tmp >= mp or t.step > w.step or layout_fits(ctx, t.cand):
-        ctx.s["micro_batch_size"], ctx.by_micro_batch = kept
         return res
     ctx.set("use_megatron_fsdp", True, "goal",
             f"Megatron-FSDP: {t.cand.label()} at {t.step:.2f} s/step, {t.mem['total_gib']:.1f} GiB, against "
@@ -349,24 +351,82 @@ def first_search(ctx: Context) -> SearchResult:
     return micro_batch(ctx) or search(ctx)
 
 
+# How many whole decisions a pinned intent's relaxation may make (each is a search and its lever and FSDP trials):
+# one per subset of the pinned units, so four pinned units at most are relaxed one at a time in full.
+RELAX_DECISIONS = 16
+
+Decided = tuple[SearchResult, dict[str, Any], Any]
+"""A whole decision: its search result, the settings it made (levers, FSDP, micro-batch) and its per-size searches."""
+
+
 def _decide(ctx: Context) -> SearchResult:
     """The search and the decisions after it (memory levers, Megatron-FSDP). Where the user pinned plan knobs and
-    no shipped recipe serves the intent, the whole decision is made as ``auto`` would make it first and kept when
-    its plan has every pinned value: the later decisions test one plan each (FSDP: the FSDP search's winner), so a
-    pin that only repeats auto's choice could still move them (GLM-4.5-Air on 256 H100s: pinning auto's recompute
-    modules let an FSDP plan through that auto's own FSDP trial turned down)."""
-    if ctx.goal == "throughput" and any(pinned_value(ctx, *p) is not None for p in HIDDEN_PINS) \
-            and match_anchor(ctx) is None:
-        saved, by_mb = dict(ctx.s), ctx.by_micro_batch
-        free_ctx = KnobPinsHidden(ctx)
-        free = fsdp_pays(free_ctx, climb_levers(free_ctx, first_search(free_ctx)))  # type: ignore[arg-type]
-        if meets_pins(ctx, free.winner.cand) and free.winner.fits and not free.winner.broken:
-            free.runners_up = [r for r in free.runners_up if meets_pins(ctx, r.cand)]  # what the user can run
-            return free
-        ctx.s.clear()
-        ctx.s.update(saved)  # the free decision's settings (levers, FSDP, micro-batch) are not this plan's
-        ctx.by_micro_batch = by_mb
-    return fsdp_pays(ctx, climb_levers(ctx, first_search(ctx)))
+    no shipped recipe serves the intent, a pin is redundant when the decision made without it already has its
+    value, and then the plan is that decision's: a pin that only repeats what ``auto`` chooses must change nothing.
+    Without this, such a pin narrows the space the reference plan (the nearest recipe or the documented defaults)
+    is drawn from, or the one plan a later decision tests (GLM-4.5-Air on 256 H100s: pinning auto's recompute
+    modules let an FSDP plan through that auto's own FSDP trial turned down; Qwen3-235B on 48 H200s with TP 2 and
+    ETP 2 pinned: pinning auto's DeepEP moved the reference to DeepEP and kept it)."""
+    units = [u for u in PIN_UNITS if any(pinned_value(ctx, *p) is not None for p in u)]
+    if ctx.goal != "throughput" or not units or match_anchor(ctx) is not None:
+        res, state, by_mb = _decided(ctx, ctx)
+    else:
+        memo: dict[frozenset[tuple[str, ...]], Decided] = {}
+        adopted: set[frozenset[tuple[str, ...]]] = set()
+        res, state, by_mb = _relaxed(ctx, frozenset(), units, memo, adopted)
+        if frozenset() in adopted:  # a relaxed decision's plan: where the pinned decision reaches it too, that one
+            own = _decided(ctx, ctx)  # explains it (its reference is drawn from the space the user's pins leave)
+            if own[0].winner.cand == res.winner.cand:
+                res, state, by_mb = own
+    ctx.s.clear()
+    ctx.s.update(state)
+    ctx.by_micro_batch = by_mb
+    return res
+
+
+def _relaxed(ctx: Context, hidden: frozenset[tuple[str, ...]], units: list[tuple[tuple[str, str], ...]],
+             memo: dict[frozenset[tuple[str, ...]], Decided], adopted: set[frozenset[tuple[str, ...]]]) -> Decided:
+    """The decision with the pins of ``hidden`` left ``auto``: of the relaxed decisions one more pinned unit left
+    ``auto`` makes, the fastest that already has every remaining pin gives the plan (``adopted``); where none has,
+    this set's own decision. Memoised by hidden set, and bounded by ``RELAX_DECISIONS`` (beyond it a set is decided
+    as pinned)."""
+    if hidden in memo:
+        return memo[hidden]
+    view: Any = KnobPinsHidden(ctx, hidden) if hidden else ctx
+    found: Decided | None = None
+    for unit in units:
+        if unit[0] in hidden or len(memo) >= RELAX_DECISIONS:
+            continue
+        relaxed = _relaxed(ctx, hidden | set(unit), units, memo, adopted)
+        w = relaxed[0].winner
+        # the fastest of them: the one the pins' other orders reach too (a pin of auto's value beside other pins
+        # finds the decision without it among its own; taking the first found depended on which pin came first)
+        if meets_pins(view, w.cand) and w.fits and not w.broken and (found is None or w.step < found[0].winner.step):
+            found = relaxed
+    if found is None:
+        memo[hidden] = _decided(ctx, view)
+        return memo[hidden]
+    sub, state, by_mb = found
+    # the runners-up and rule-broken plans the user could have written, and the fastest plan found that keeps every pin
+    keep = [r for r in sub.runners_up if meets_pins(view, r.cand)]
+    gone = [r for r in sub.excluded if meets_pins(view, r.cand)]
+    best = sub.best
+    if best is not None and not meets_pins(view, best.cand):
+        best = min([sub.winner, *(r for r in keep if r.fits and not r.broken)], key=lambda r: r.step)
+    memo[hidden] = (replace(sub, runners_up=keep, excluded=gone, best=best), state, by_mb)
+    adopted.add(hidden)
+    return memo[hidden]
+
+
+def _decided(ctx: Context, view: Any) -> Decided:
+    """One whole decision on ``view``, with the settings it made; the context's own settings are left as found."""
+    saved, by_mb = dict(ctx.s), ctx.by_micro_batch
+    res = fsdp_pays(view, climb_levers(view, first_search(view)))
+    made = (res, dict(ctx.s), ctx.by_micro_batch)
+    ctx.s.clear()
+    ctx.s.update(saved)
+    ctx.by_micro_batch = by_mb
+    return made
 
 
 def plan(ctx: Context) -> None:

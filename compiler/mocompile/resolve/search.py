@@ -828,7 +828,7 @@ def _from_json(d: dict[str, Any]) -> Scored:
 def search(ctx: Context) -> SearchResult:
     """The verdict for this intent: from the plan cache (command line only) or a fresh search."""
     # the profile's values (hash included), not only its path: an edited profile must re-plan
-    key = {"intent": ctx.intent, "free": isinstance(ctx, KnobPinsHidden),  # pins hidden: another search
+    key = {"intent": ctx.intent, "kept_pins": _kept_pins(ctx),  # pins hidden: another search
            "cluster": ctx.hw.get("cluster"), "micro_batch_size": ctx["micro_batch_size"],
            "optimizer_state": ctx["optimizer_state"], "optimizer_offload": ctx["optimizer_offload_fraction"],
            "fsdp": ctx["use_megatron_fsdp"], "offload_modules": ctx["offload_modules"]}
@@ -839,6 +839,12 @@ def search(ctx: Context) -> SearchResult:
     if done is None:
         done = ctx.searches[memo_key] = _cached_search(ctx, key)
     return replace(done, runners_up=list(done.runners_up), excluded=list(done.excluded), effects=dict(done.effects))
+
+
+def _kept_pins(ctx: Context) -> list[str]:
+    """The plan-knob pins the search keeps (the intent holds their values): a view that hides only pins the user
+    did not write asks for the same search as the context itself, and one that hides every pin is the free one."""
+    return [".".join(p) for p in HIDDEN_PINS if pinned_value(ctx, *p) is not None]
 
 
 def _cached_search(ctx: Context, key: dict[str, Any]) -> SearchResult:
@@ -872,13 +878,17 @@ KNOB_PINS = tuple(("parallelism", k) for k in ("tp", "pp", "vpp", "ep", "etp", "
 # pins that select a recompute rung or a graph scope rather than a Candidate field's value
 SPACE_PINS = (("recompute", "granularity"), ("recompute", "modules"), ("cuda_graphs", "impl"), ("cuda_graphs", "modules"))
 HIDDEN_PINS = KNOB_PINS + SPACE_PINS
+# the pins a user writes as one choice: a recompute rung, a graph scope, each knob on its own
+PIN_UNITS: tuple[tuple[tuple[str, str], ...], ...] = tuple((p,) for p in KNOB_PINS) + (SPACE_PINS[:2], SPACE_PINS[2:])
 
 
 class KnobPinsHidden:
-    """The context as the search would see it had the user left the knobs of ``HIDDEN_PINS`` ``auto``."""
+    """The context as the search would see it had the user left the knobs of ``hidden`` (by default every one of
+    ``HIDDEN_PINS``) ``auto``."""
 
-    def __init__(self, ctx: Context):
+    def __init__(self, ctx: Context, hidden: frozenset[tuple[str, ...]] = frozenset(HIDDEN_PINS)):
         object.__setattr__(self, "_ctx", ctx)
+        object.__setattr__(self, "hidden", hidden)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._ctx, name)
@@ -890,10 +900,10 @@ class KnobPinsHidden:
         return self._ctx[key]
 
     def explicit(self, *path: str) -> bool:
-        return tuple(path) not in HIDDEN_PINS and self._ctx.explicit(*path)
+        return tuple(path) not in self.hidden and self._ctx.explicit(*path)
 
     def pinned(self, *path: str) -> Any:
-        return None if tuple(path) in HIDDEN_PINS else self._ctx.pinned(*path)
+        return None if tuple(path) in self.hidden else self._ctx.pinned(*path)
 
 
 def meets_pins(ctx: Context, cand: Candidate) -> bool:
