@@ -15,6 +15,7 @@ import argparse
 import itertools
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,20 @@ def _knob(pin: str) -> str:
     return pin.split(": {", 1)[1].split(":", 1)[0] if pin.split(":")[0] in ("parallelism", "moe") else pin.split(":")[0]
 
 
+def _auto_plans(tmp: Path, args: argparse.Namespace) -> Iterator[tuple[str, str, str, Any]]:
+    """(model, gpu, intent text, auto's plan) of every intent of the sweep whose plan fits (one with nothing that fits
+    has no plan to keep)."""
+    for model, gpu, nodes in itertools.product(args.models, GPUS, [8] if args.quick else NODES):
+        base = (f"schema: 1\nname: r\nmodel: {model}\nhardware: {{gpu: {gpu}, nodes: {nodes}}}\ngoal: throughput\n"
+                "training: {seq_length: 4096, micro_batch_size: auto, global_batch_size: 1024}\n")
+        try:
+            p = _plan(tmp, base)
+        except (InputError, SystemExit):
+            continue
+        if p.memory["total_gib"] <= p.hardware["memory_gib"]:
+            yield model, gpu, base, p
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path)
@@ -125,16 +140,8 @@ def main(argv: list[str]) -> int:
     by_knob: dict[str, list[int]] = {}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        for model, gpu, nodes in itertools.product(args.models, GPUS, [8] if args.quick else NODES):
-            base = (f"schema: 1\nname: r\nmodel: {model}\nhardware: {{gpu: {gpu}, nodes: {nodes}}}\ngoal: throughput\n"
-                    "training: {seq_length: 4096, micro_batch_size: auto, global_batch_size: 1024}\n")
-            try:
-                p = _plan(tmp, base)
-            except (InputError, SystemExit):
-                continue
+        for model, gpu, base, p in _auto_plans(tmp, args):
             chosen = p.planner["chosen"]
-            if p.memory["total_gib"] > p.hardware["memory_gib"]:
-                continue  # nothing fits: no plan to keep
             intents += 1
             world = p.hardware["world_size"]  # GB200/GB300 trays hold 4 GPUs: not nodes x 8
             margin = p.planner.get("trust_margin")
@@ -171,15 +178,7 @@ def main(argv: list[str]) -> int:
                             f"({1 - w['step_time_s'] / chosen['step_time_s']:.1%}; {d} knobs away, band {1 - band:.0%})")
         # Part two: beside a pin auto would not choose (the fully free decision has none of them), pin each other
         # knob to the pinned intent's own value
-        for model, gpu, nodes in itertools.product(args.models, GPUS, [8] if args.quick else NODES):
-            base0 = (f"schema: 1\nname: r\nmodel: {model}\nhardware: {{gpu: {gpu}, nodes: {nodes}}}\ngoal: throughput\n"
-                     "training: {seq_length: 4096, micro_batch_size: auto, global_batch_size: 1024}\n")
-            try:
-                p0 = _plan(tmp, base0)
-            except (InputError, SystemExit):
-                continue
-            if p0.memory["total_gib"] > p0.hardware["memory_gib"]:
-                continue
+        for model, gpu, base0, p0 in _auto_plans(tmp, args):
             for first in base_pins(p0):
                 base = _text(base0, first)
                 try:

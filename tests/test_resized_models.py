@@ -220,3 +220,12 @@ def test_an_mla_familys_query_projection_width_is_a_number_it_takes(tmp_path):
     assert "model.q_lora_rank = 1024" in train
     d = _refusal({"base": "qwen3-30b-a3b", "q_lora_rank": 512})
     assert d.rule == "MDL001" and "`q_lora_rank`" in d.message and "q_lora_rank" not in d.hint
+
+
+def test_a_custom_model_built_from_a_base_does_not_carry_the_base_s_name_alone():
+    """`model: {base: qwen3-30b-a3b, num_layers: 12}` is a 12-layer custom model (the generic provider builds it):
+    its name says so and what changed, where the base's name alone claimed the 30B model; a display the user gives
+    is kept."""
+    assert _model({"base": "qwen3-30b-a3b", "num_layers": 12})["display"] == \
+        "custom MoE from Qwen3-30B-A3B (num_layers 12)"
+    assert _model({"base": "qwen3-30b-a3b", "num_layers": 12, "display": "q30-slice"})["display"] == "q30-slice"

@@ -62,11 +62,11 @@ def test_explain_shows_the_chosen_and_the_runner_up_numbers(tmp_path):
 
 def test_a_shipped_recipe_is_left_only_for_a_predicted_gain_beyond_the_trust_margin(tmp_path, monkeypatch):
     path = headline(tmp_path)
-    monkeypatch.setattr(search, "trust_margin", lambda model=None: 0.0)
+    monkeypatch.setattr(search, "trust_margin", lambda model=None, kind=None: 0.0)
     free = plan_of(path)
     anchor_step = free.planner["anchor"]["step_time_s"]
     assert free.planner["chosen"]["step_time_s"] <= anchor_step * (1 + search.SIMPLICITY * 8)
-    monkeypatch.setattr(search, "trust_margin", lambda model=None: 0.99)
+    monkeypatch.setattr(search, "trust_margin", lambda model=None, kind=None: 0.99)
     kept = plan_of(path)
     assert kept.planner["chosen"].get("anchor") == "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config"
 
@@ -300,15 +300,19 @@ def test_the_planner_records_its_verdict_for_explain_and_the_lock(goal):
     assert p["step_time_estimate_s"] == pytest.approx(p.planner["chosen"]["step_time_s"], rel=1e-3)
 
 
-def test_a_model_the_step_time_model_cannot_cost_keeps_its_shipped_recipe(tmp_path):
-    """Qwen3-Next's gated-delta-net layers are not in the FLOPs model: the measured recipe is kept."""
+def test_a_model_whose_costing_no_training_run_checked_keeps_its_shipped_recipe(tmp_path):
+    """Qwen3-Next's Gated DeltaNet layers are costed from a one-GPU kernel measurement (steptime.gdn_seconds) that no
+    published training run checks, and the model predicts NVIDIA's cross-node plans for it ~2x slower than its own
+    (a term it lacks, or recipes nobody tuned: nothing measured tells which): the recipe is kept, and explain says
+    why."""
     path = tmp_path / "next.yaml"
     path.write_text("schema: 1\nmodel: qwen3-next-80b-a3b\nhardware: {gpu: h100, nodes: 16}\ngoal: throughput\n"
                     "training: {seq_length: 4096, micro_batch_size: 1, global_batch_size: 1024}\nmoe: {force_balance: true}\n")
     p = plan_of(path)
     assert p.planner["chosen"].get("anchor") == "qwen3_next_80b_a3b_pretrain_128gpu_h100_bf16_config"
+    assert p.planner["best"]["step_time_s"] < p.planner["chosen"]["step_time_s"]  # the premise: a faster prediction
     assert p.planner["trust_margin"] is None
-    assert "does not cost hybrid attention" in p.settings["tensor_model_parallel_size"].reason
+    assert "no training run has checked (steptime.validated)" in p.settings["tensor_model_parallel_size"].reason
 
 
 KIMI_GB200 = {"model.base": "kimi-k2", "hardware.gpu": "gb200", "hardware.nodes": 64, "hardware.gpus_per_node": 4,

@@ -576,3 +576,47 @@ def test_muon_changes_only_the_optimizer_terms_of_the_estimate():
     assert muon.step_s - adam.step_s == pytest.approx(step + gather - adam.terms["optimizer"])
     assert {k: v for k, v in muon.terms.items() if k not in ("optimizer", "param_gather")} == \
         {k: v for k, v in adam.terms.items() if k != "optimizer"}
+
+
+def test_the_gated_deltanet_constants_are_what_the_h200_measurement_gives():
+    """data/steptime.yaml states the values benchmarks/gpu/gdn_fit.py derives from the committed micro-benchmark
+    (flash-linear-attention's chunked gated delta rule, GPU busy time, 1x H200), and the linear fit holds."""
+    got = _derived_from_measurement("gdn_fit", "gdn-micro-h200-2026-12-01/gdn_micro.json")
+    c = steptime.constants()
+    for name in ("gdn_token_ns", "gdn_head_ns", "gdn_state_ns"):
+        assert c[name] == pytest.approx(got[name], rel=1e-3), name
+    assert got["_worst_fit_error"] < 0.05  # the premise: time linear in tokens, value heads and state size
+    # the premise of a time per token: twice the tokens (batch or length) take twice the time, within 3 %
+    per = got["_ns_per_token"]
+    assert per["b1 t8192 h16 hv32 d128"] == pytest.approx(per["b1 t4096 h16 hv32 d128"], rel=0.03)
+    assert per["b2 t4096 h16 hv32 d128"] == pytest.approx(per["b1 t8192 h16 hv32 d128"], rel=0.01)
+
+
+QWEN3_NEXT_LIKE = dict(TOY, attention="hybrid", linear_attention_freq=4, num_layers=48, linear_num_key_heads=16,
+                       linear_num_value_heads=32, linear_key_head_dim=128, linear_value_head_dim=128,
+                       linear_conv_kernel_dim=4)
+
+
+def test_a_hybrid_model_s_gated_deltanet_layers_cost_the_measured_core_not_softmax_attention():
+    """Qwen3-Next's layout: 12 of 48 layers are softmax attention, 36 Gated DeltaNet. The core's time is the
+    full layers' softmax attention plus the DeltaNet layers' measured time, a quarter and three quarters of it."""
+    b = Batch(4096, 1, 8)
+    c = steptime.constants()
+    hybrid = steptime.StepModel(QWEN3_NEXT_LIKE, hw(), b, 1)._compute_terms(1, 1, 1)[2]
+    full = steptime.StepModel(dict(QWEN3_NEXT_LIKE, attention="gqa"), hw(), b, 1)._compute_terms(1, 1, 1)[2]
+    gdn = 4096 * steptime.gdn_seconds(QWEN3_NEXT_LIKE, c) * steptime.GDN_REFERENCE_PEAK / \
+        steptime._peak_bf16(hw(), c) / 3
+    assert hybrid == pytest.approx(full / 4 + 3 / 4 * gdn)
+    # 277 ns per token fwd + bwd at 32 value heads of 128 x 128 (the measurement's own figure, to 2 %)
+    assert steptime.gdn_seconds(QWEN3_NEXT_LIKE, c) == pytest.approx(277e-9, rel=0.02)
+    # the DeltaNet layers do not grow with the sequence: four times the tokens per sequence at the same tokens per
+    # micro-batch costs the softmax layers more and the DeltaNet layers the same
+    long = steptime.StepModel(QWEN3_NEXT_LIKE, hw(), Batch(16384, 1, 8), 1)._compute_terms(1, 4, 1)[2]
+    long_full = steptime.StepModel(dict(QWEN3_NEXT_LIKE, attention="gqa"), hw(), Batch(16384, 1, 8), 1)._compute_terms(
+        1, 4, 1)[2]
+    assert long - long_full / 4 == pytest.approx(3 / 4 * gdn)
+
+
+def test_the_step_model_covers_hybrid_attention_now_that_its_core_is_measured():
+    assert steptime.covers(QWEN3_NEXT_LIKE) and steptime.covers(TOY)
+    assert not steptime.covers(dict(TOY, attention="something-new"))

@@ -106,6 +106,9 @@ def resolve_model(intent: dict[str, Any], doc: Document) -> dict[str, Any]:
             # A changed architecture no longer matches the upstream recipe's model.
             merged["bridge"] = {"module": None, "recipe": None, "needs_hf_config": False}
             merged["hf_id"] = None  # nor does the upstream checkpoint's id describe it any more
+            if "display" not in spec:  # nor its name: "Qwen3-30B-A3B" would claim 30B for a 12-layer slice
+                merged["display"] = f"custom MoE from {merged.get('display', base_id)} (" + ", ".join(
+                    f"{k} {v}" for k, v in sorted(changed.items())) + ")"
     merged.update({k: v for k, v in spec.items() if k != "base"})
     merged.update((merged.get("resized") or {}).get("fields", {}))  # with what follows from them (MLA's groups)
     groups = int(merged.get("moe_router_num_groups") or 1)

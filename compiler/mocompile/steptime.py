@@ -7,7 +7,8 @@ first principles and a handful of constants fitted on published measurements
 
 Terms, per GPU of the slowest pipeline stage, summed over the step:
   compute      GEMM FLOPs (attention GQA/MLA, dense and expert MLPs, router, logits; backward
-               = 2x forward) at an achievable share of the GPU's dense peak that falls for small
+               = 2x forward; a hybrid model's Gated DeltaNet cores at their measured time) at an
+               achievable share of the GPU's dense peak that falls for small
                GEMMs (TE runs up to 4 small expert GEMMs at once: ``grouped_gemm_concurrency``), plus
                memory-bound elementwise work (norms, activations, permutes) at HBM speed
   recompute    the forward work the recompute plan replays
@@ -46,7 +47,7 @@ from typing import Any
 
 from mocompile.catalogue import nvlink_segment
 from mocompile.datafiles import load_yaml
-from mocompile.memory import _attention_params, offloaded_bytes_per_token, parameters
+from mocompile.memory import _attention_params, _gdn_dims, full_attention_layers, offloaded_bytes_per_token, parameters
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "steptime.yaml")
 FP8_PRECISIONS = ("fp8-cs", "fp8-ds", "fp8-blockwise", "mxfp8", "nvfp4")
@@ -130,12 +131,26 @@ class StepEstimate:
                 "terms_s": {k: round(v, 4) for k, v in self.terms.items()}}
 
 
-COVERED_ATTENTION = ("gqa", "mla")  # attention the FLOPs model counts; hybrid linear attention is not
+COVERED_ATTENTION = ("gqa", "mla", "hybrid")  # attention the model costs (hybrid: Gated DeltaNet, measured)
+# attention whose whole-step predictions were checked against published training runs (benchmarks/calibrate.py);
+# hybrid's Gated DeltaNet is costed from a one-GPU kernel measurement, and no Qwen3-Next step time is published
+VALIDATED_ATTENTION = ("gqa", "mla")
+# The dense BF16 peak the Gated DeltaNet constants were measured at (H200: H100's SMs and clocks, 989 TFLOPS);
+# another GPU's time scales by its own peak, as the attention core's does
+GDN_REFERENCE_PEAK = 989e12
+GDN_CHUNK = 64  # flash-linear-attention's chunk size for the gated delta rule (chunk_gated_delta_rule)
 
 
 def covers(m: dict[str, Any]) -> bool:
-    """Does this model cost the architecture well enough to override a measured recipe?"""
+    """Does this model cost the architecture well enough to weigh plans against each other (and leave a reference
+    that is not itself measured: a recipe moved to another setting, the documented defaults)?"""
     return m.get("attention", "gqa") in COVERED_ATTENTION
+
+
+def validated(m: dict[str, Any]) -> bool:
+    """Were the model's whole-step predictions for this architecture checked against measured training runs, so
+    that a predicted gain may leave a shipped recipe, which NVIDIA measured at that very setting?"""
+    return m.get("attention", "gqa") in VALIDATED_ATTENTION
 
 
 @functools.lru_cache(maxsize=1)
@@ -193,10 +208,15 @@ def _per_token(key: tuple[tuple[str, Any], ...], seq: int) -> dict[str, float]:
     m = dict(key)
     h, g = m["hidden_size"], (3 if m.get("gated_linear_unit", True) else 2)
     dqk, dv = _attn_dims(m)
+    # QK^T and PV, 2 FLOPs per multiply-add, over the keys each query attends to (a full-attention layer)
+    core_full = 2.0 * attended_keys(m, seq) * m["num_attention_heads"] * (dqk + dv)
+    full_share = full_attention_layers(m) / m["num_layers"]
     return {
         "attn_proj": 2.0 * _attention_params(m),
-        # QK^T and PV, 2 FLOPs per multiply-add, over the keys each query attends to
-        "core_attn": 2.0 * attended_keys(m, seq) * m["num_attention_heads"] * (dqk + dv),
+        # averaged over the layer mix: a hybrid model's Gated DeltaNet layers have no softmax attention
+        "core_attn": core_full * full_share + (1.0 - full_share) * gdn_flops(m),
+        "core_full": core_full,
+        "full_share": full_share,
         "experts": 2.0 * g * h * m["moe_ffn_hidden_size"] * m["moe_router_topk"],
         "shared": 2.0 * g * h * (m.get("shared_expert_size") or 0),
         "router": 2.0 * h * m["num_moe_experts"],
@@ -204,6 +224,26 @@ def _per_token(key: tuple[tuple[str, Any], ...], seq: int) -> dict[str, float]:
         "logits": 2.0 * h * m["vocab_size"],
         "mtp_proj": 2.0 * 2 * h * h,
     }
+
+
+def gdn_flops(m: dict[str, Any]) -> float:
+    """Forward FLOPs per token of one Gated DeltaNet core (the chunked gated delta rule, chunk C): per value head
+    the state's three dk x dv products (the output's q S, the WY correction's w S, the update's k^T v) and the
+    chunk's own matmuls (k k^T, q k^T, the WY factors' A k and A v, A v_new), 2 FLOPs per multiply-add. What the
+    step model reports as the layer's FLOPs; its time is measured (``gdn_seconds``), not derived from these."""
+    _, _, hv, dk, _ = _gdn_dims(m)
+    dv = m.get("linear_value_head_dim", 128)
+    return hv * (6.0 * dk * dv + GDN_CHUNK * (8.0 * dk + 4.0 * dv))
+
+
+def gdn_seconds(m: dict[str, Any], c: dict[str, float]) -> float:
+    """GPU time per token of one Gated DeltaNet core, forward + backward, at ``GDN_REFERENCE_PEAK``: measured on
+    1x H200 (flash-linear-attention's Triton kernels, benchmarks/gpu/gdn_micro.py, fitted by gdn_fit.py); the
+    kernels run at ~7 % of the tensor cores' peak, bound by their own latency, so the time is the measurement's
+    linear fit in value heads and state size rather than FLOPs at a share of the peak."""
+    _, _, hv, dk, _ = _gdn_dims(m)
+    dv = m.get("linear_value_head_dim", 128)
+    return (c["gdn_token_ns"] + hv * (c["gdn_head_ns"] + c["gdn_state_ns"] * dk * dv)) * 1e-9
 
 
 def _model_key(m: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -430,13 +470,18 @@ class StepModel:
         if batch.te:
             work += c["attention_key_overhead"] + (c["attention_sink_keys"] if m.get("softmax_sinks") else 0.0)
         attn_peak = self.peak if batch.fp8_attention else self.peak_bf16  # the same in a BF16 run
-        t_core = per_rank * f["core_attn"] * (work / keys) / (attn_peak * c["attention_peak_share"])
-        t_core += per_rank * work * m["num_attention_heads"] * 2.0 / 3.0 * c["attention_exp_factor"] / exp_rate(hw)
+        # averaged over the layers like the other per-layer terms: a hybrid model's softmax attention is on a share
+        # of them (``full_share``), its Gated DeltaNet cores on the rest (measured GPU time, fwd + bwd = 3 passes)
+        full = f["full_share"]
+        t_core = per_rank * full * f["core_full"] * (work / keys) / (attn_peak * c["attention_peak_share"])
+        t_core += full * per_rank * work * m["num_attention_heads"] * 2.0 / 3.0 * c["attention_exp_factor"] / exp_rate(hw)
         if not batch.te:
             # unfused attention computes the whole s x s score matrix (no causal skipping) and moves it through
             # HBM: scores, softmax, dropout-free probabilities and their gradients, ~12 passes of 2 bytes
-            scores = b * (m["num_attention_heads"] / tp) * (s / cp) * s
+            scores = full * b * (m["num_attention_heads"] / tp) * (s / cp) * s
             t_core = 2 * t_core + UNFUSED_SCORE_PASSES * 2.0 * scores / (hw["hbm_tbps"] * 1e12 * HBM_EFFICIENCY) / 3
+        if full < 1.0:
+            t_core += per_rank * (1.0 - full) * gdn_seconds(m, c) * GDN_REFERENCE_PEAK / self.peak_bf16 / 3.0
         t_experts = per_rank * (f["experts"] * imbalance) / (peak * e_expert)
         if m.get("add_bias_linear"):  # biased grouped GEMMs (GPT-OSS): measured slower, data/steptime.yaml
             t_experts *= c["expert_bias_factor"]

@@ -1,9 +1,9 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-ep8-q30slice-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:8248dcd9bce6517b input sha256:c06862264633ed24
+# mocompile: checksum sha256:20eda4b06e5fec85 input sha256:c06862264633ed24
 """bench-ep8-q30slice-auto: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-Qwen3-30B-A3B on 8x NVIDIA H100 80GB HBM3, goal throughput.
+custom MoE from Qwen3-30B-A3B (num_layers 12) on 8x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
 `mocompile explain recipes/bench/bench-ep8-q30slice-auto.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.

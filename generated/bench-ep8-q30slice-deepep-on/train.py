@@ -1,9 +1,9 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-ep8-q30slice-deepep-on.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:a43e791c8e52e3d0 input sha256:dcbd93afe59b24bb
+# mocompile: checksum sha256:19adcb021077c832 input sha256:dcbd93afe59b24bb
 """bench-ep8-q30slice-deepep-on: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-Qwen3-30B-A3B on 8x NVIDIA H100 80GB HBM3, goal throughput.
+custom MoE from Qwen3-30B-A3B (num_layers 12) on 8x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
 `mocompile explain recipes/bench/bench-ep8-q30slice-deepep-on.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.

@@ -1,9 +1,9 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-ep8-q30slice-hybridep-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:32ce492742775c6e input sha256:1c2ed63a03e5e56c
+# mocompile: checksum sha256:5a645cf43b6c0bc6 input sha256:1c2ed63a03e5e56c
 """bench-ep8-q30slice-hybridep-off: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-Qwen3-30B-A3B on 8x NVIDIA H100 80GB HBM3, goal throughput.
+custom MoE from Qwen3-30B-A3B (num_layers 12) on 8x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
 `mocompile explain recipes/bench/bench-ep8-q30slice-hybridep-off.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.

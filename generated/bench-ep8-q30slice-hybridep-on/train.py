@@ -1,9 +1,9 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-ep8-q30slice-hybridep-on.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:2e5a6b9c9f8b5b62 input sha256:f24af388bcc65d94
+# mocompile: checksum sha256:0fdddbb90d9412e7 input sha256:f24af388bcc65d94
 """bench-ep8-q30slice-hybridep-on: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-Qwen3-30B-A3B on 8x NVIDIA H100 80GB HBM3, goal throughput.
+custom MoE from Qwen3-30B-A3B (num_layers 12) on 8x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
 `mocompile explain recipes/bench/bench-ep8-q30slice-hybridep-on.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.

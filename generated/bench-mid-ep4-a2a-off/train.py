@@ -1,9 +1,9 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-mid-ep4-a2a-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:d7a0632ab689ce88 input sha256:f152f2347b840a04
+# mocompile: checksum sha256:0a6745f234536e2f input sha256:f152f2347b840a04
 """bench-mid-ep4-a2a-off: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-tiny-moe (a small test MoE) on 4x NVIDIA H100 80GB HBM3, goal throughput.
+custom MoE from tiny-moe (a small test MoE) (ffn_hidden_size 8192, hidden_size 2048, kv_channels 128, moe_router_topk 8, num_layers 16, num_moe_experts 64) on 4x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
 `mocompile explain recipes/bench/bench-mid-ep4-a2a-off.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.

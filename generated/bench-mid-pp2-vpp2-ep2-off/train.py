@@ -1,9 +1,9 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-mid-pp2-vpp2-ep2-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:75d06fc0be1d8d1a input sha256:f62948ffabe4f378
+# mocompile: checksum sha256:4622b98a62ec9daa input sha256:f62948ffabe4f378
 """bench-mid-pp2-vpp2-ep2-off: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-tiny-moe (a small test MoE) on 4x NVIDIA H100 80GB HBM3, goal throughput.
+custom MoE from tiny-moe (a small test MoE) (ffn_hidden_size 8192, hidden_size 2048, kv_channels 128, moe_router_topk 8, num_layers 16, num_moe_experts 64) on 4x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
 `mocompile explain recipes/bench/bench-mid-pp2-vpp2-ep2-off.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.

@@ -1,9 +1,9 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-mid-pp2-vpp2-ep2-on.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:cb0519a88264cfc0 input sha256:a5a3e9866f25b545
+# mocompile: checksum sha256:7d4eaf6d4540db38 input sha256:a5a3e9866f25b545
 """bench-mid-pp2-vpp2-ep2-on: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-tiny-moe (a small test MoE) on 4x NVIDIA H100 80GB HBM3, goal throughput.
+custom MoE from tiny-moe (a small test MoE) (ffn_hidden_size 8192, hidden_size 2048, kv_channels 128, moe_router_topk 8, num_layers 16, num_moe_experts 64) on 4x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
 `mocompile explain recipes/bench/bench-mid-pp2-vpp2-ep2-on.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.

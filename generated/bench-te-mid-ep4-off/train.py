@@ -1,9 +1,9 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid-ep4-off.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:3c2059319db6ca7c input sha256:a1e7e460dd29ba18
+# mocompile: checksum sha256:931213975347c414 input sha256:a1e7e460dd29ba18
 """bench-te-mid-ep4-off: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-tiny-moe (a small test MoE) on 4x NVIDIA H100 80GB HBM3, goal throughput.
+custom MoE from tiny-moe (a small test MoE) (ffn_hidden_size 8192, hidden_size 2048, kv_channels 128, moe_router_topk 8, num_layers 16, num_moe_experts 64) on 4x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
 `mocompile explain recipes/bench/bench-te-mid-ep4-off.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.

@@ -1,9 +1,9 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid1-det.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:31613f9e435dd997 input sha256:ae1cc12dcb29fab9
+# mocompile: checksum sha256:6a8b72b98840208f input sha256:ae1cc12dcb29fab9
 """bench-te-mid1-det: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-tiny-moe (a small test MoE) on 1x NVIDIA H100 80GB HBM3, goal throughput.
+custom MoE from tiny-moe (a small test MoE) (ffn_hidden_size 8192, hidden_size 2048, kv_channels 128, moe_router_topk 8, num_moe_experts 64) on 1x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
 `mocompile explain recipes/bench/bench-te-mid1-det.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.

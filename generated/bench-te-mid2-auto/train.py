@@ -1,9 +1,9 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/bench/bench-te-mid2-auto.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:b7026325cf19109f input sha256:514407a2163cdd8e
+# mocompile: checksum sha256:0d555d49a22f8859 input sha256:514407a2163cdd8e
 """bench-te-mid2-auto: Megatron-Bridge pretraining recipe compiled by mocompile.
 
-tiny-moe (a small test MoE) on 2x NVIDIA H100 80GB HBM3, goal throughput.
+custom MoE from tiny-moe (a small test MoE) (ffn_hidden_size 8192, hidden_size 2048, kv_channels 128, moe_router_topk 8, num_moe_experts 64) on 2x NVIDIA H100 80GB HBM3, goal throughput.
 Each non-default line names the decision or rule behind it; run
 `mocompile explain recipes/bench/bench-te-mid2-auto.yaml` for the full reasoning. Launch with torchrun.sh or
 slurm.sbatch beside this file; `build_config()` imports without training.

@@ -8,6 +8,7 @@ predicted effect of flipping it (from the step-time model) and the runners-up th
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -17,6 +18,7 @@ from mocompile.optimizer_state import adam_peak_bytes, keeps_fp32_master
 from mocompile.resolve.context import Context
 from mocompile.resolve.search import (
     KIND_PHRASE,
+    MBS_PIN,
     PIN_UNITS,
     KnobPinsHidden,
     Scorer,
@@ -33,6 +35,7 @@ from mocompile.resolve.search import (
     search,
     settings,
     trust_margin,
+    unweighed,
     verdict,
     why_lost,
 )
@@ -352,7 +355,7 @@ def first_search(ctx: Context) -> SearchResult:
 
 
 # How many whole decisions a pinned intent's relaxation may make (each is a search and its lever and FSDP trials):
-# one per subset of the pinned units, so four pinned units at most are relaxed one at a time in full.
+# one per subset of the pinned units tried, smallest first, so every subset of four pinned units at most.
 RELAX_DECISIONS = 16
 
 Decided = tuple[SearchResult, dict[str, Any], Any]
@@ -361,61 +364,64 @@ Decided = tuple[SearchResult, dict[str, Any], Any]
 
 def _decide(ctx: Context) -> SearchResult:
     """The search and the decisions after it (memory levers, Megatron-FSDP). Where the user pinned plan knobs and
-    no shipped recipe serves the intent, a pin is redundant when the decision made without it already has its
-    value, and then the plan is that decision's: a pin that only repeats what ``auto`` chooses must change nothing.
+    no shipped recipe serves the intent, the plan is the decision made on the fewest of the pins that reproduces
+    all of them (``_relaxed``): a pin that only repeats what the decision without it chooses must change nothing.
     Without this, such a pin narrows the space the reference plan (the nearest recipe or the documented defaults)
     is drawn from, or the one plan a later decision tests (GLM-4.5-Air on 256 H100s: pinning auto's recompute
     modules let an FSDP plan through that auto's own FSDP trial turned down; Qwen3-235B on 48 H200s with TP 2 and
     ETP 2 pinned: pinning auto's DeepEP moved the reference to DeepEP and kept it)."""
     units = [u for u in PIN_UNITS if any(pinned_value(ctx, *p) is not None for p in u)]
-    if ctx.goal != "throughput" or not units or match_anchor(ctx) is not None:
-        res, state, by_mb = _decided(ctx, ctx)
-    else:
-        memo: dict[frozenset[tuple[str, ...]], Decided] = {}
-        adopted: set[frozenset[tuple[str, ...]]] = set()
-        res, state, by_mb = _relaxed(ctx, frozenset(), units, memo, adopted)
-        if frozenset() in adopted:  # a relaxed decision's plan: where the pinned decision reaches it too, that one
-            own = _decided(ctx, ctx)  # explains it (its reference is drawn from the space the user's pins leave)
-            if own[0].winner.cand == res.winner.cand:
-                res, state, by_mb = own
+    if units == [(MBS_PIN,)]:
+        # the micro-batch size alone: its search would repeat the decision at every size (2-3x the lint time of
+        # the most common intent), and alone it keeps auto's plan (benchmarks/pin_invariance.py, first part)
+        units = []
+    own = _decided(ctx, ctx)
+    w = own[0].winner
+    # a relaxed plan keeps every pin, so it lies in the space the pinned decision searched: where that found
+    # nothing that fits and breaks no rule, neither can a relaxation (and the 16 decisions would be wasted)
+    relax = ctx.goal == "throughput" and units and w.fits and not w.broken and match_anchor(ctx) is None
+    res, state, by_mb = (_relaxed(ctx, units, own) if relax else None) or own
+    if pinned_value(ctx, *MBS_PIN) is not None and state.get("micro_batch_size") is not ctx.s.get("micro_batch_size"):
+        # a decision that searched the size the user pinned (and found it): the size stays the user's, as written
+        state = dict(state, micro_batch_size=ctx.s["micro_batch_size"])
+        by_mb = None
     ctx.s.clear()
     ctx.s.update(state)
     ctx.by_micro_batch = by_mb
     return res
 
 
-def _relaxed(ctx: Context, hidden: frozenset[tuple[str, ...]], units: list[tuple[tuple[str, str], ...]],
-             memo: dict[frozenset[tuple[str, ...]], Decided], adopted: set[frozenset[tuple[str, ...]]]) -> Decided:
-    """The decision with the pins of ``hidden`` left ``auto``: of the relaxed decisions one more pinned unit left
-    ``auto`` makes, the fastest that already has every remaining pin gives the plan (``adopted``); where none has,
-    this set's own decision. Memoised by hidden set, and bounded by ``RELAX_DECISIONS`` (beyond it a set is decided
-    as pinned)."""
-    if hidden in memo:
-        return memo[hidden]
-    view: Any = KnobPinsHidden(ctx, hidden) if hidden else ctx
-    found: Decided | None = None
-    for unit in units:
-        if unit[0] in hidden or len(memo) >= RELAX_DECISIONS:
-            continue
-        relaxed = _relaxed(ctx, hidden | set(unit), units, memo, adopted)
-        w = relaxed[0].winner
-        # the fastest of them: the one the pins' other orders reach too (a pin of auto's value beside other pins
-        # finds the decision without it among its own; taking the first found depended on which pin came first)
-        if meets_pins(view, w.cand) and w.fits and not w.broken and (found is None or w.step < found[0].winner.step):
-            found = relaxed
-    if found is None:
-        memo[hidden] = _decided(ctx, view)
-        return memo[hidden]
-    sub, state, by_mb = found
-    # the runners-up and rule-broken plans the user could have written, and the fastest plan found that keeps every pin
-    keep = [r for r in sub.runners_up if meets_pins(view, r.cand)]
-    gone = [r for r in sub.excluded if meets_pins(view, r.cand)]
-    best = sub.best
-    if best is not None and not meets_pins(view, best.cand):
-        best = min([sub.winner, *(r for r in keep if r.fits and not r.broken)], key=lambda r: r.step)
-    memo[hidden] = (replace(sub, runners_up=keep, excluded=gone, best=best), state, by_mb)
-    adopted.add(hidden)
-    return memo[hidden]
+def _relaxed(ctx: Context, units: list[tuple[tuple[str, str], ...]], own: Decided) -> Decided | None:
+    """The decision on the smallest subset of the pinned units (the first in ``PIN_UNITS`` order among subsets of
+    one size) whose plan already has every pinned value, or None where only all of them do (or the subsets tried,
+    ``RELAX_DECISIONS``, run out). Smallest first: the plan is then the same whether or not the user also pinned a
+    value it already has (the subset that reproduced the other pins reproduces that one too). Where the decision
+    on every pin (``own``) reaches the same plan, that one is returned: its reference was drawn from the space the
+    user's pins leave, and explain reports it."""
+    tried = 0
+    for size in range(len(units)):
+        for kept in itertools.combinations(units, size):
+            if tried >= RELAX_DECISIONS:
+                return None
+            tried += 1
+            hidden = frozenset(p for u in units if u not in kept for p in u)
+            res, state, by_mb = _decided(ctx, KnobPinsHidden(ctx, hidden))
+            w = res.winner
+            mbs = pinned_value(ctx, *MBS_PIN)
+            if not (meets_pins(ctx, w.cand) and w.fits and not w.broken) or \
+                    mbs is not None and state["micro_batch_size"].value != mbs:
+                continue
+            if own[0].winner.cand == w.cand:
+                return own
+            # the runners-up and rule-broken plans the user could have written, and the fastest plan found that
+            # keeps every pin
+            keep = [r for r in res.runners_up if meets_pins(ctx, r.cand)]
+            gone = [r for r in res.excluded if meets_pins(ctx, r.cand)]
+            best = res.best
+            if best is not None and not meets_pins(ctx, best.cand):
+                best = min([w, *(r for r in keep if r.fits and not r.broken)], key=lambda r: r.step)
+            return replace(res, runners_up=keep, excluded=gone, best=best), state, by_mb
+    return None
 
 
 def _decided(ctx: Context, view: Any) -> Decided:
@@ -445,8 +451,8 @@ def plan(ctx: Context) -> None:
         head += f"; {said}"
     if w.anchor and w.kind == "shipped":
         head += f"; the tuned recipe Bridge ships ({w.anchor})"
-        if not steptime.covers(ctx.model):
-            head += f" (the step-time model does not cost {ctx.model.get('attention')} attention: measured recipe kept)"
+        if not steptime.validated(ctx.model):
+            head += f" ({unweighed(ctx.model)})"
     elif res.anchor is not None:
         lost = why_lost(res.anchor, w) if res.anchor.broken or not res.anchor.fits else \
             "slower" if ctx.goal == "throughput" or res.anchor.step >= w.step else f"goal {ctx.goal}: {GOAL_ORDER[ctx.goal]}"
@@ -507,8 +513,8 @@ def plan(ctx: Context) -> None:
         else:
             ctx.set(name, value, "goal", part)
     ctx.set("step_time_estimate_s", round(w.step, 4), "derived", "mocompile step-time model (steptime.py)")
-    margin = trust_margin(ctx.model)
     ref = res.reference if res.reference is not None and res.reference.kind else None
+    margin = trust_margin(ctx.model, None if ref is None else ref.kind)
     ctx.planner = {
         "goal": ctx.goal, "candidates_scored": res.scored, "trust_margin": None if margin == float("inf") else margin,
         # train_step_s: the step without Bridge's scheduled collection, which the launchers' step probe

@@ -177,5 +177,9 @@ def memory_pass(ctx: Context) -> None:
         ctx.set("memory_lever_note", f" ({lever[0]} with {lever[1]})" if lever and (n is None or lever[0] < n)
                 else "", "derived", "the count with Adam's heaviest memory lever the recipe leaves open, if smaller")
     else:
-        ctx.set("memory_lever_note", "", "derived", "the plan fits: not searched")
-        ctx.set("memory_min_gpus", None, "derived", "the plan fits: not searched")
+        # where it fits only through a memory lever, say which (the plan's own: see each setting's reason)
+        levers = [f"{k} {ctx[k]}" for k in ("optimizer_offload_fraction", "use_megatron_fsdp", "offload_modules")
+                  if ctx[k]]
+        why = "the plan fits" + (f" with {', '.join(levers)}" if levers else "") + ": not searched"
+        ctx.set("memory_lever_note", "", "derived", why)
+        ctx.set("memory_min_gpus", None, "derived", why)
