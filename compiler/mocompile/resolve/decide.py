@@ -394,8 +394,9 @@ def _decide(ctx: Context) -> SearchResult:
 def _relaxed(ctx: Context, units: list[tuple[tuple[str, str], ...]], own: Decided) -> Decided | None:
     """The decision on the smallest subset of the pinned units (the first in ``PIN_UNITS`` order among subsets of
     one size) whose plan already has every pinned value, or None where only all of them do (or the subsets tried,
-    ``RELAX_DECISIONS``, run out). Smallest first: the plan is then the same whether or not the user also pinned a
-    value it already has (the subset that reproduced the other pins reproduces that one too). Where the decision
+    ``RELAX_DECISIONS``, run out). Smallest first: a further pin of a value that plan already has leaves it in place
+    (the subset that reproduced the other pins reproduces that one too), unless a subset as small that keeps the
+    new pin reproduces every pin first (``benchmarks/pin_invariance.py``, second part, counts such moves). Where the decision
     on every pin (``own``) reaches the same plan, that one is returned: its reference was drawn from the space the
     user's pins leave, and explain reports it."""
     tried = 0
