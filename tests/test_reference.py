@@ -629,3 +629,19 @@ def test_a_pin_of_auto_s_own_value_beside_other_pins_with_micro_batch_auto(tmp_p
                   {"parallelism": f"pp: {p['pipeline_model_parallel_size']}"}):
         pinned = _planner(text(extra), tmp_path, every)
         assert (pinned["chosen"]["plan"], pinned["chosen"]["step_time_s"]) == (chosen["plan"], chosen["step_time_s"]), extra
+
+
+# The micro-batch size is a pin like the others beside pins auto would not choose: Qwen3-30B-A3B on 32 GB200 trays
+# with TP 2 and ETP 2 pinned chose micro-batch 8 with the size left auto, and pinning that 8 moved the plan (the
+# relaxation then kept the size as a fixed pin: no decision without it could reproduce the others). This failed
+# before the size joined the pin units (search.MBS_PIN).
+def test_pinning_auto_s_own_micro_batch_size_beside_other_pins_changes_nothing(tmp_path):
+    every = {a["recipe"] for a in search.anchors()}
+    text = ("schema: 1\nname: r\nmodel: qwen3-30b-a3b\nhardware: {gpu: gb200, nodes: 32}\ngoal: throughput\n"
+            "parallelism: {tp: 2, etp: 2}\ntraining: {seq_length: 4096, micro_batch_size: MBS, global_batch_size: 1024}\n")
+    p = analyse_text(tmp_path, text.replace("MBS", "auto"), every)
+    assert not any(d.severity == "error" for d in p.diagnostics)
+    assert p["micro_batch_size"] > 1  # the case this is about: auto's size is not the default 1
+    pinned = _planner(text.replace("MBS", str(p["micro_batch_size"])), tmp_path, every)
+    assert (pinned["chosen"]["plan"], pinned["chosen"]["step_time_s"]) == \
+        (p.planner["chosen"]["plan"], p.planner["chosen"]["step_time_s"])
