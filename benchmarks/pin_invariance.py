@@ -140,7 +140,8 @@ def main(argv: list[str]) -> int:
     by_knob: dict[str, list[int]] = {}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        for model, gpu, base, p in _auto_plans(tmp, args):
+        autos = list(_auto_plans(tmp, args))  # both parts start from them
+        for model, gpu, base, p in autos:
             chosen = p.planner["chosen"]
             intents += 1
             world = p.hardware["world_size"]  # GB200/GB300 trays hold 4 GPUs: not nodes x 8
@@ -178,7 +179,7 @@ def main(argv: list[str]) -> int:
                             f"({1 - w['step_time_s'] / chosen['step_time_s']:.1%}; {d} knobs away, band {1 - band:.0%})")
         # Part two: beside a pin auto would not choose (the fully free decision has none of them), pin each other
         # knob to the pinned intent's own value
-        for model, gpu, base0, p0 in _auto_plans(tmp, args):
+        for model, gpu, base0, p0 in autos:
             for first in base_pins(p0):
                 base = _text(base0, first)
                 try:

@@ -197,7 +197,7 @@ def test_a_pinned_plan_that_does_not_fit_is_not_relaxed(tmp_path, monkeypatch):
     The same intent with a plan that fits is relaxed: the shortcut's own boundary."""
     from mocompile.pipeline import analyse
     from mocompile.resolve import decide
-    relaxed: list[str] = []
+    relaxed: list[int] = []
     real = decide._relaxed
 
     def counted(ctx, units, own):

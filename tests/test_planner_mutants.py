@@ -686,7 +686,7 @@ HEADLINE = ("schema: 1\nmodel: qwen3-30b-a3b\nhardware: {gpu: h100, nodes: 2}\ng
 def test_a_plan_that_beats_the_shipped_recipe_states_by_how_much(tmp_path, monkeypatch):
     path = tmp_path / "q30.yaml"
     path.write_text(HEADLINE)
-    monkeypatch.setattr(search, "trust_margin", lambda model=None, kind=None: 0.0)
+    monkeypatch.setattr(search, "trust_margin", lambda model=None: 0.0)
     p = plan_of(path)
     chosen, anchor = p.planner["chosen"]["step_time_s"], p.planner["anchor"]["step_time_s"]
     assert "anchor" not in p.planner["chosen"] and anchor > chosen
@@ -811,7 +811,7 @@ def test_the_gain_over_the_shipped_recipe_is_a_difference_even_when_it_is_large(
     from mocompile.resolve import decide
     path = tmp_path / "q30.yaml"
     path.write_text(HEADLINE)
-    monkeypatch.setattr(search, "trust_margin", lambda model=None, kind=None: 0.0)
+    monkeypatch.setattr(search, "trust_margin", lambda model=None: 0.0)
     real = decide.search
 
     def slow_anchor(ctx):

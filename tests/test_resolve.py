@@ -62,11 +62,11 @@ def test_explain_shows_the_chosen_and_the_runner_up_numbers(tmp_path):
 
 def test_a_shipped_recipe_is_left_only_for_a_predicted_gain_beyond_the_trust_margin(tmp_path, monkeypatch):
     path = headline(tmp_path)
-    monkeypatch.setattr(search, "trust_margin", lambda model=None, kind=None: 0.0)
+    monkeypatch.setattr(search, "trust_margin", lambda model=None: 0.0)
     free = plan_of(path)
     anchor_step = free.planner["anchor"]["step_time_s"]
     assert free.planner["chosen"]["step_time_s"] <= anchor_step * (1 + search.SIMPLICITY * 8)
-    monkeypatch.setattr(search, "trust_margin", lambda model=None, kind=None: 0.99)
+    monkeypatch.setattr(search, "trust_margin", lambda model=None: 0.99)
     kept = plan_of(path)
     assert kept.planner["chosen"].get("anchor") == "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config"
 

@@ -12,7 +12,6 @@ autotuning), and the time the GPU was busy (the union of the kernels' intervals 
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from microbench import timed, union_length  # benchmarks/gpu: run as a script from here
 
 REPEATS = 10
 # (batch, tokens, q/k heads, value heads, key dim, value dim): Qwen3-Next is 16 q/k heads and 32 value heads of
@@ -45,32 +45,9 @@ def _busy_ms(fn: Any) -> float:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
-                   if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start)
-    busy, end = 0.0, float("-inf")
-    for s, e in spans:
-        if s > end:
-            busy += e - s
-            end = e
-        elif e > end:
-            busy += e - end
-            end = e
-    return busy / 1000.0  # us -> ms
-
-
-def _time(fn: Any) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(REPEATS):
-        a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        z.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(z))
-    return statistics.median(times)
+    spans = [(e.time_range.start, e.time_range.end) for e in prof.events()
+             if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start]
+    return union_length(spans) / 1000.0  # us -> ms
 
 
 def _measure(kernel: Any, b: int, t: int, h: int, hv: int, dk: int, dv: int) -> dict[str, Any]:
@@ -87,7 +64,8 @@ def _measure(kernel: Any, b: int, t: int, h: int, hv: int, dk: int, dv: int) -> 
 
     start = time.time()
     case: dict[str, Any] = {"batch": b, "tokens": t, "qk_heads": h, "v_heads": hv, "dk": dk, "dv": dv,
-                            "fwd_ms": _time(lambda: fwd().detach()), "fwd_bwd_ms": _time(fwd_bwd)}
+                            "fwd_ms": timed(torch, lambda: fwd().detach(), REPEATS),
+                            "fwd_bwd_ms": timed(torch, fwd_bwd, REPEATS)}
     case["fwd_bwd_busy_ms"] = _busy_ms(fwd_bwd)
     case["seconds"] = round(time.time() - start, 1)
     return case

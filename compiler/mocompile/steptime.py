@@ -231,8 +231,8 @@ def gdn_flops(m: dict[str, Any]) -> float:
     the state's three dk x dv products (the output's q S, the WY correction's w S, the update's k^T v) and the
     chunk's own matmuls (k k^T, q k^T, the WY factors' A k and A v, A v_new), 2 FLOPs per multiply-add. What the
     step model reports as the layer's FLOPs; its time is measured (``gdn_seconds``), not derived from these."""
-    _, _, hv, dk, _ = _gdn_dims(m)
-    dv = m.get("linear_value_head_dim", 128)
+    _, v, hv, dk, _ = _gdn_dims(m)
+    dv = v / hv
     return hv * (6.0 * dk * dv + GDN_CHUNK * (8.0 * dk + 4.0 * dv))
 
 
@@ -241,8 +241,8 @@ def gdn_seconds(m: dict[str, Any], c: dict[str, float]) -> float:
     1x H200 (flash-linear-attention's Triton kernels, benchmarks/gpu/gdn_micro.py, fitted by gdn_fit.py); the
     kernels run at ~7 % of the tensor cores' peak, bound by their own latency, so the time is the measurement's
     linear fit in value heads and state size rather than FLOPs at a share of the peak."""
-    _, _, hv, dk, _ = _gdn_dims(m)
-    dv = m.get("linear_value_head_dim", 128)
+    _, v, hv, dk, _ = _gdn_dims(m)
+    dv = v / hv
     return (c["gdn_token_ns"] + hv * (c["gdn_head_ns"] + c["gdn_state_ns"] * dk * dv)) * 1e-9
 
 

@@ -399,7 +399,7 @@ def _relaxed(ctx: Context, units: list[tuple[tuple[str, str], ...]], own: Decide
     new pin reproduces every pin first (``benchmarks/pin_invariance.py``, second part, counts such moves). Where the decision
     on every pin (``own``) reaches the same plan, that one is returned: its reference was drawn from the space the
     user's pins leave, and explain reports it."""
-    tried = 0
+    tried, mbs = 0, pinned_value(ctx, *MBS_PIN)
     for size in range(len(units)):
         for kept in itertools.combinations(units, size):
             if tried >= RELAX_DECISIONS:
@@ -408,7 +408,6 @@ def _relaxed(ctx: Context, units: list[tuple[tuple[str, str], ...]], own: Decide
             hidden = frozenset(p for u in units if u not in kept for p in u)
             res, state, by_mb = _decided(ctx, KnobPinsHidden(ctx, hidden))
             w = res.winner
-            mbs = pinned_value(ctx, *MBS_PIN)
             if not (meets_pins(ctx, w.cand) and w.fits and not w.broken) or \
                     mbs is not None and state["micro_batch_size"].value != mbs:
                 continue
@@ -514,8 +513,8 @@ def plan(ctx: Context) -> None:
         else:
             ctx.set(name, value, "goal", part)
     ctx.set("step_time_estimate_s", round(w.step, 4), "derived", "mocompile step-time model (steptime.py)")
+    margin = trust_margin(ctx.model)
     ref = res.reference if res.reference is not None and res.reference.kind else None
-    margin = trust_margin(ctx.model, None if ref is None else ref.kind)
     ctx.planner = {
         "goal": ctx.goal, "candidates_scored": res.scored, "trust_margin": None if margin == float("inf") else margin,
         # train_step_s: the step without Bridge's scheduled collection, which the launchers' step probe

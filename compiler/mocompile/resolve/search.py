@@ -80,11 +80,11 @@ def anchors() -> tuple[dict[str, Any], ...]:
     return tuple(load_yaml(ANCHORS)["anchors"])
 
 
-def trust_margin(model: dict[str, Any] | None = None, kind: str | None = None) -> float:
+def trust_margin(model: dict[str, Any] | None = None) -> float:
     """Leave a reference plan only for a predicted gain above the model's errors; never where the model's costing
-    of the architecture was not checked against training runs (``steptime.validated``: Qwen3-Next). ``kind``, the
-    reference's, does not change it yet: a finite margin against the recipes moved to other settings (not measured
-    there either) made Qwen3-Next leave NVIDIA's plans in leave-the-setting-out by ~2x (benchmarks/plan_quality.py)."""
+    of the architecture was not checked against training runs (``steptime.validated``: Qwen3-Next), whatever the
+    reference: a finite margin against the recipes moved to other settings (not measured there either) made
+    Qwen3-Next leave NVIDIA's plans in leave-the-setting-out by ~2x (benchmarks/plan_quality.py)."""
     if model is not None and not steptime.validated(model):
         return float("inf")
     return steptime.constants().get("trust_margin", 0.08)
@@ -1087,7 +1087,7 @@ def _search_pinned(ctx: Context) -> SearchResult:
         if ref is not None and ref.kind != "shipped" and ref.cand in pool:
             ranked = [ref if s.cand == ref.cand else s for s in ranked]  # one object per plan: `s is ref` below
     if ctx.goal == "throughput" and ref is not None and not ref.broken and ref.fits and winner.cand != ref.cand:
-        winner = _beyond_margin(sc, ranked, ref, trust_margin(ctx.model, ref.kind)) or ref
+        winner = _beyond_margin(sc, ranked, ref, trust_margin(ctx.model)) or ref
         legal = [winner] + [s for s in legal if s.cand.label() != winner.cand.label()]
     elif ref is not None and winner.cand == ref.cand and winner is not ref:
         winner = ref
@@ -1242,7 +1242,7 @@ def why_lost(loser: Scored, winner: Scored, anchor: Scored | None = None, goal: 
     diff = {k: loser.est.terms.get(k, 0.0) - winner.est.terms.get(k, 0.0) for k in winner.est.terms if k != "a2a_total"}
     term, delta = max(diff.items(), key=lambda kv: kv[1])
     slower = loser.step - winner.step
-    margin = trust_margin(model, (anchor.kind or "shipped") if anchor is not None else None)
+    margin = trust_margin(model)
     d = knob_distance(loser.cand, anchor.cand) if anchor is not None else 0
     # by value, not identity: a verdict read back from the plan cache holds copies
     ref_won = anchor is not None and winner.anchor is not None and winner.cand == anchor.cand
@@ -1282,8 +1282,6 @@ KIND_PHRASE = {"shipped": "the shipped recipe", "near": "the nearest tuned recip
                "defaults": "the documented defaults"}
 
 
-# Where ``steptime.covers`` says the model does not cost the architecture, the margin is infinite: no predicted gain
-# leaves a reference plan, and explain says why instead of quoting an error band that was not applied.
 # The step-time terms (StepEstimate.terms) as explain names them
 TERM_NAMES = {"compute": "compute", "a2a_exposed": "exposed all-to-all", "overlap_slowdown": "SMs lost to overlapped "
               "communication", "bubble": "pipeline bubble", "tp_cp": "TP/CP collectives",
@@ -1302,6 +1300,8 @@ def largest_costs(s: Scored) -> str:
     return ", ".join(f"{TERM_NAMES[k]} {v:.2f} s" for v, k in terms)
 
 
+# Where ``steptime.covers`` says the model does not cost the architecture, the margin is infinite: no predicted gain
+# leaves a reference plan, and explain says why instead of quoting an error band that was not applied.
 _UNCOSTED = ("the step-time model does not cost {attention} attention (steptime.covers), so no predicted gain "
              "leaves it")
 
@@ -1316,7 +1316,7 @@ def verdict(winner: Scored, ref: Scored | None, best: Scored | None, model: dict
     what = f"{KIND_PHRASE[ref.kind]} ({ref.anchor})"
     if ref.broken or not ref.fits:
         return f"{what} {why_lost(ref, winner)} here"
-    margin = trust_margin(model, ref.kind)
+    margin = trust_margin(model)
     if winner.cand == ref.cand:
         if best is None or best.cand == ref.cand or best.step >= ref.step:
             return f"{what}: also the fastest plan found ({ref.step:.3f} s/step)"
