@@ -69,6 +69,54 @@ def test_alltoall_beyond_a_node_pays_the_nic_for_the_remote_share():
     assert t == pytest.approx(max(net, nvl))
 
 
+# DeepSeek-V3's router in miniature: 16 experts in 8 groups of 2, top-8 experts inside the top-4 groups.
+GROUPED = dict(TOY, num_moe_experts=16, moe_router_topk=8, moe_router_num_groups=8, moe_router_group_topk=4)
+
+
+def test_without_router_groups_a_token_reaches_the_nodes_of_topk_uniform_picks():
+    assert steptime.destination_nodes(TOY, 4) == steptime._distinct(2, 4)
+    assert steptime.destination_nodes(dict(GROUPED, moe_router_group_topk=8), 8) == steptime._distinct(8, 8)
+    assert steptime.destination_nodes(dict(GROUPED, moe_router_num_groups=1), 8) == steptime._distinct(8, 8)
+
+
+def test_group_limited_routing_with_a_group_per_node_reaches_at_most_the_kept_groups_nodes():
+    """8 nodes, one group each, 4 groups kept: the 8 picks spread over 4 nodes, 4 * (1 - (3/4)^8) = 3.60 of them,
+    against 8 * (1 - (7/8)^8) = 5.25 without the limit (DeepSeek-V3 at EP 64 on 8-GPU nodes)."""
+    assert steptime.destination_nodes(GROUPED, 8) == pytest.approx(4 * (1 - 0.75 ** 8))
+    assert steptime.destination_nodes(GROUPED, 8) < steptime._distinct(8, 8)
+
+
+def test_group_limited_routing_with_two_groups_per_node_counts_the_kept_groups_each_node_holds():
+    """4 nodes of 2 groups, 4 of 8 groups kept: a node holds j kept groups with the hypergeometric chance
+    C(2,j) C(6,4-j) / C(8,4) = 15/70, 40/70, 15/70 and is missed when the 8 picks avoid its j groups."""
+    missed = 15 / 70 + 40 / 70 * (3 / 4) ** 8 + 15 / 70 * (2 / 4) ** 8
+    assert steptime.destination_nodes(GROUPED, 4) == pytest.approx(4 * (1 - missed))
+
+
+def test_group_limited_routing_with_groups_spanning_nodes_spreads_over_the_kept_groups_nodes():
+    """16 nodes, each group on 2 of them: the 4 kept groups lie on 8 nodes."""
+    assert steptime.destination_nodes(GROUPED, 16) == pytest.approx(steptime._distinct(8, 8))
+
+
+def test_group_limited_routing_gets_no_credit_where_groups_and_nodes_do_not_divide():
+    assert steptime.destination_nodes(GROUPED, 3) == steptime._distinct(8, 3)
+    assert steptime.destination_nodes(GROUPED, 1) == 1.0
+
+
+def test_flex_dispatch_under_group_limited_routing_sends_to_fewer_nodes_and_alltoall_does_not_change():
+    """The flex backends send a token once per destination node (DeepEP's internode kernels forward it over
+    NVLink inside the node); NCCL's all-to-all sends every copy, wherever the router put it."""
+    flex = Candidate(ep=64, dispatcher="deepep")
+    c = dict(EASY, flex_efficiency=1.0)
+    limited = steptime.a2a_seconds(GROUPED, hw(), flex, 1000, c, 1.0)
+    free = steptime.a2a_seconds(dict(GROUPED, moe_router_group_topk=8), hw(), flex, 1000, c, 1.0)
+    assert limited == pytest.approx(1000 * 4 * (1 - 0.75 ** 8) * 7 / 8 * 2048 / 50e9)
+    assert free == pytest.approx(1000 * steptime._distinct(8, 8) * 7 / 8 * 2048 / 50e9)
+    a2a = Candidate(ep=64, dispatcher="alltoall")
+    assert steptime.a2a_seconds(GROUPED, hw(), a2a, 1000, EASY, 1.0) == \
+        steptime.a2a_seconds(dict(GROUPED, moe_router_group_topk=8), hw(), a2a, 1000, EASY, 1.0)
+
+
 def test_flex_dispatch_sends_a_token_once_per_remote_node_not_once_per_expert():
     a2a = steptime.a2a_seconds(TOY, hw(), Candidate(ep=16, dispatcher="alltoall"), 1000, EASY, 1.0)
     flex = steptime.a2a_seconds(TOY, hw(), Candidate(ep=16, dispatcher="hybridep"),

@@ -13,8 +13,9 @@ Terms, per GPU of the slowest pipeline stage, summed over the step:
                memory-bound elementwise work (norms, activations, permutes) at HBM speed
   recompute    the forward work the recompute plan replays
   a2a          EP dispatch + combine, forward and backward, split into NVLink and network bytes by
-               where the EP group sits; flex backends send a token once per rank / node, alltoall
-               once per expert; each link at the dispatcher's efficiency
+               where the EP group sits; flex backends send a token once per rank / node (fewer nodes under
+               group-limited routing: ``destination_nodes``), alltoall once per expert; each link at the
+               dispatcher's efficiency
   overlap      EP overlap hides part of the all-to-all behind the other micro-batch's compute (only
                with >= 2 micro-batches in flight: PP 1 with >= 2 micro-batches, or PP > 1 with VPP),
                and the communication kernels' SMs slow the compute they overlap
@@ -329,6 +330,32 @@ def _distinct(picks: float, bins: float) -> float:
     return bins * (1.0 - (1.0 - 1.0 / bins) ** picks)
 
 
+def destination_nodes(m: dict[str, Any], nodes: float) -> float:
+    """Expected number of the EP group's ``nodes`` a token's ``moe_router_topk`` experts lie on.
+
+    Without group-limited routing the experts are ``topk`` uniform picks over the nodes (``_distinct``). With it
+    (Megatron-Core's ``moe_router_num_groups`` / ``moe_router_group_topk``, ``topk_routing_with_score_function`` ->
+    ``group_limited_topk``; DeepSeek-V3: 8 groups, top 4) the router first keeps ``group_topk`` of the
+    ``num_groups`` contiguous blocks of experts and picks the experts inside them only. Megatron places experts on
+    EP ranks in order, so where a node holds whole groups, a token's experts lie on the nodes of its kept groups
+    that got a pick: for each node, the number ``j`` of kept groups it holds is hypergeometric and it is missed when
+    all ``topk`` picks land in the other ``group_topk - j`` kept groups. Where a group spans whole nodes, the picks
+    spread over the kept groups' nodes only. Any other split gets no credit (``_distinct``)."""
+    k = float(m["moe_router_topk"])
+    groups, kept = int(m.get("moe_router_num_groups") or 1), int(m.get("moe_router_group_topk") or 0)
+    n = int(round(nodes))
+    if groups <= 1 or not 0 < kept < groups or n <= 1 or n != nodes:
+        return _distinct(k, nodes)
+    if groups % n == 0:
+        per_node = groups // n
+        missed = sum(math.comb(per_node, j) * math.comb(groups - per_node, kept - j) / math.comb(groups, kept)
+                     * ((kept - j) / kept) ** k for j in range(0, min(per_node, kept) + 1))
+        return n * (1.0 - missed)
+    if n % groups == 0:
+        return _distinct(k, kept * n // groups)
+    return _distinct(k, nodes)
+
+
 def nvlink_width(hw: dict[str, Any], world: int | None = None) -> int:
     """How many consecutive ranks share NVLink: a node, or on multi-node NVLink the job's segment of a rack
     (``catalogue.nvlink_segment``: resolved hardware carries it; a bare catalogue entry gets the segment its job
@@ -362,8 +389,11 @@ def a2a_seconds(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, tokens: 
     if cand.dispatcher in FLEX_BACKENDS:
         eff_nvl = eff_net = c["flex_efficiency"]
         # once per destination node over the network, then once per destination rank inside a node
-        net_copies = _distinct(k, nodes) * (nodes - 1) / nodes if nodes > 1 else 0.0
-        nvl_copies = _distinct(k / nodes, local) * (local - 1) / local * nodes if local > 1 else 0.0
+        # (fewer nodes under group-limited routing: ``destination_nodes``)
+        reached = destination_nodes(m, nodes)
+        spread = reached if reached != _distinct(k, nodes) else nodes  # the nodes a token's picks share
+        net_copies = reached * (nodes - 1) / nodes if nodes > 1 else 0.0
+        nvl_copies = _distinct(k / spread, local) * (local - 1) / local * spread if local > 1 else 0.0
         latency = c["flex_latency_s"]
     else:
         eff_nvl = eff_net = c["nccl_a2a_efficiency"]

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-24l-h100x128.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:d290834638f89697 input sha256:8e988ef004e76c30
+# mocompile: checksum sha256:6304bfb85aed7523 input sha256:8e988ef004e76c30
 """deepseek-v3-24l-h100x128: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 DeepSeek-V3 (671B-A37B) resized (num_layers 24, num_moe_experts 128) on 128x NVIDIA H100 80GB HBM3, goal throughput.
@@ -103,7 +103,7 @@ def build_config() -> ConfigContainer:
     model.num_layers = 24  # model: deepseek-v3 resized (the intent's number; the recipe built deepseek-v3's)
     model.num_moe_experts = 128  # model: deepseek-v3 resized (the intent's number; the recipe built deepseek-v3's)
     model.moe_layer_freq = [0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]  # model: deepseek-v3 resized (the intent's number; the recipe built deepseek-v3's)
-    model.tensor_model_parallel_size = 1  # goal: the documented defaults, kept over a faster prediction (the decision says why): 27.04 s/step, 271 TFLOPS/GPU, 72.8 GiB (of 441 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 27.043 s/step: the fastest plan found (TP2 PP1 EP32, deepep, overlap on + dW, recompute none, graphs none) is predicted 26.196 s/step, 3.1% faster, inside the model's 34.9% error for a plan 6 knobs away
+    model.tensor_model_parallel_size = 1  # goal: the documented defaults, kept over a faster prediction (the decision says why): 27.04 s/step, 271 TFLOPS/GPU, 72.8 GiB (of 441 candidates scored); kept the documented defaults (Megatron-Bridge MoE performance guidance) at 27.043 s/step: the fastest plan found (TP2 PP1 EP32, deepep, overlap on + dW, recompute none, graphs none) is predicted 25.544 s/step, 5.5% faster, inside the model's 34.9% error for a plan 6 knobs away
     model.pipeline_model_parallel_size = 4  # goal: part of the chosen plan (27.04 s/step; see tensor_model_parallel_size)
     model.virtual_pipeline_model_parallel_size = None  # goal: part of the chosen plan (27.04 s/step; see tensor_model_parallel_size)
     model.pipeline_model_parallel_layout = 'Ettttt|ttttttt|ttttttt|tttttmL'  # derived: balanced layout: embedding and loss counted as a layer each [PP002, PP003]

@@ -1,6 +1,6 @@
 # mocompile: generated file, do not edit: change the recipe and run `mocompile compile`
 # mocompile: source recipes/deepseek-v3-h100-deepep.yaml (mocompile 0.1.0)
-# mocompile: checksum sha256:71c894a0633efc73 input sha256:6fa67c8f10564798
+# mocompile: checksum sha256:36f75ac36778f511 input sha256:6fa67c8f10564798
 """deepseek-v3-h100-deepep: Megatron-Bridge pretraining recipe compiled by mocompile.
 
 DeepSeek-V3 (671B-A37B) on 1024x NVIDIA H100 80GB HBM3, goal throughput.
@@ -89,7 +89,7 @@ def build_config() -> ConfigContainer:
     cfg.ddp.overlap_param_gather = True  # derived: follows overlap_grad_reduce
     cfg.comm_overlap.tp_comm_overlap = False  # derived: TP communication overlap needs TE userbuffers set up for the exact shapes; mocompile does not plan it (Bridge's CommOverlapConfig.tp_comm_overlap)
     cfg.comm_overlap.overlap_moe_expert_parallel_comm = True  # user: pinned in the recipe
-    cfg.comm_overlap.delay_wgrad_compute = False  # goal: part of the chosen plan (38.44 s/step; see tensor_model_parallel_size)
+    cfg.comm_overlap.delay_wgrad_compute = False  # goal: part of the chosen plan (35.60 s/step; see tensor_model_parallel_size)
     cfg.comm_overlap.overlap_p2p_comm = True  # derived: interleaved pipeline: overlap p2p (Bridge's derivation)
     cfg.comm_overlap.batch_p2p_comm = False  # derived: not needed
     cfg.comm_overlap.overlap_grad_reduce = True  # derived: overlap the DP gradient reduce-scatter
@@ -104,10 +104,10 @@ def build_config() -> ConfigContainer:
     model.pipeline_model_parallel_size = 8  # user: pinned in the recipe
     model.virtual_pipeline_model_parallel_size = 4  # user: pinned in the recipe
     model.pipeline_model_parallel_layout = 'Et|(tt|)*30mL'  # derived: balanced layout: embedding and loss counted as a layer each [PP002, PP003]
-    model.context_parallel_size = 1  # goal: part of the chosen plan (38.44 s/step; see tensor_model_parallel_size)
+    model.context_parallel_size = 1  # goal: part of the chosen plan (35.60 s/step; see tensor_model_parallel_size)
     model.expert_model_parallel_size = 64  # user: pinned in the recipe
     model.expert_tensor_parallel_size = 1  # user: pinned in the recipe
-    model.sequence_parallel = True  # goal: part of the chosen plan (38.44 s/step; see tensor_model_parallel_size)
+    model.sequence_parallel = True  # goal: part of the chosen plan (35.60 s/step; see tensor_model_parallel_size)
     model.moe_flex_dispatcher_num_sms = 20  # derived: flex dispatcher SM budget used by the shipped perf recipes
     model.moe_shared_expert_overlap = False  # derived: off under EP overlap and with flex dispatchers (OVL010, Bridge's apply_flex_dispatcher_backend); else the provider's default [OVL010]
     model.moe_router_force_load_balancing = False  # goal: natural routing: forced balancing is for benchmarks only
@@ -116,8 +116,8 @@ def build_config() -> ConfigContainer:
     model.recompute_method = None  # goal: the reference plan's (deepseek_v3_pretrain_1024gpu_h100_bf16_config with this intent's changes) recompute: 58.6 GiB <= 73.6 GiB usable
     model.recompute_num_layers = None  # goal: the reference plan's (deepseek_v3_pretrain_1024gpu_h100_bf16_config with this intent's changes) recompute: 58.6 GiB <= 73.6 GiB usable
     model.recompute_modules = ['mla_up_proj', 'layernorm', 'moe_act']  # user: pinned in the recipe
-    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (38.44 s/step; see tensor_model_parallel_size)
-    model.cuda_graph_modules = []  # goal: part of the chosen plan (38.44 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_impl = 'none'  # goal: part of the chosen plan (35.60 s/step; see tensor_model_parallel_size)
+    model.cuda_graph_modules = []  # goal: part of the chosen plan (35.60 s/step; see tensor_model_parallel_size)
     model.use_te_rng_tracker = False  # derived: no graphs
     model.mtp_num_layers = 1  # model: model catalogue (deepseek-v3)
     model.apply_rope_fusion = False  # goal: needs TE >= 1.4 and, with MLA, YaRN RoPE (transformer_config.py)

@@ -67,7 +67,7 @@ MODEL_FIELDS = (
     "pipeline_model_parallel_layout", "account_for_embedding_in_pipeline_split",
     "account_for_loss_in_pipeline_split",
     "num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_layer_freq",
-    "moe_router_num_groups", "moe_router_score_function", "moe_router_enable_expert_bias",
+    "moe_router_num_groups", "moe_router_group_topk", "moe_router_score_function", "moe_router_enable_expert_bias",
     "q_lora_rank", "moe_router_topk_scaling_factor", "add_qkv_bias", "rotary_percent",
     "softmax_type", "window_size", "add_bias_linear",
     "moe_shared_expert_intermediate_size", "moe_shared_expert_overlap",

@@ -382,6 +382,8 @@ def test_a_resized_model_is_the_base_family_with_the_intents_numbers(bridge_resu
         assert model["num_query_groups"] == model["num_attention_heads"]
     if resized["from"] == "deepseek-v3":
         assert model["multi_latent_attention"] is True and model["moe_router_num_groups"] == 8
+        # group-limited routing, which the step-time model's flex all-to-all counts (steptime.destination_nodes)
+        assert model["moe_router_group_topk"] == 4
         assert model["moe_router_score_function"] == "sigmoid" and model["moe_router_enable_expert_bias"] is True
         assert model["mtp_num_layers"] == 1 and model["provider"] == "MLAModelProvider"
     if resized["from"] == "moonlight-16b-a3b":
