@@ -6,6 +6,8 @@ from dataclasses import replace
 
 import pytest
 from conftest import ROOT
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mocompile import steptime
 from mocompile.catalogue import _defaults, gpus
 from mocompile.steptime import Batch, Candidate
@@ -101,6 +103,17 @@ def test_group_limited_routing_with_groups_spanning_nodes_spreads_over_the_kept_
 def test_group_limited_routing_gets_no_credit_where_groups_and_nodes_do_not_divide():
     assert steptime.destination_nodes(GROUPED, 3) == steptime._distinct(8, 3)
     assert steptime.destination_nodes(GROUPED, 1) == 1.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(groups=st.sampled_from([2, 4, 8, 16, 32, 64]), kept=st.integers(1, 63), topk=st.integers(1, 16),
+       nodes=st.sampled_from([1, 2, 3, 4, 6, 8, 16, 32, 64, 128]))
+def test_group_limited_routing_never_reaches_more_nodes_than_free_picks_nor_fewer_than_one(groups, kept, topk, nodes):
+    """Limiting the groups only concentrates a token's experts: at most as many nodes as the same picks without the
+    limit, at most the EP group's nodes, and at least one."""
+    m = dict(GROUPED, moe_router_topk=topk, moe_router_num_groups=groups, moe_router_group_topk=min(kept, groups - 1))
+    reached = steptime.destination_nodes(m, nodes)
+    assert 1.0 - 1e-9 <= reached <= min(nodes, steptime._distinct(topk, nodes)) + 1e-9
 
 
 def test_flex_dispatch_under_group_limited_routing_sends_to_fewer_nodes_and_alltoall_does_not_change():
