@@ -108,6 +108,31 @@ def test_deepseek_v3s_router_groups_must_divide_the_experts(experts, ok):
         assert (d.position.line, d.position.column) == (2, 40)
 
 
+@pytest.mark.parametrize("topk,ok", [(3, False), (4, True), (2, False), (8, True)])
+def test_deepseek_v3s_top_k_must_reach_the_groups_each_token_keeps(topk, ok):
+    """Megatron-Core's group_limited_topk scores a group by its top topk // group_topk experts: 0 below 4 (DeepSeek-V3
+    keeps 4 of 8 groups), where every token keeps the same 4 groups (the real function shows it on CPU:
+    tests/stack/test_group_routing.py). 4 is the boundary: one expert per kept group scores it."""
+    spec = {"base": "deepseek-v3", "moe_router_topk": topk}
+    if ok:
+        assert _model(spec)["moe_router_topk"] == topk
+        return
+    with pytest.raises(InputError) as exc:
+        resolve_model({"model": spec}, Document({}, {("model", "moe_router_topk"): Position("r.yaml", 3, 20)},
+                                                ["r.yaml"]))
+    (d,) = exc.value.diagnostics
+    assert d.rule == "MDL004" and f"top-{topk} routing under deepseek-v3's group-limited router" in d.message
+    assert "the experts of the other 4 never get a token" in d.message and d.hint == "use moe_router_topk >= 4"
+    assert (d.position.line, d.position.column) == (3, 20)
+
+
+def test_router_group_errors_come_together_and_a_router_without_groups_has_none():
+    with pytest.raises(InputError) as exc:
+        _model({"base": "deepseek-v3", "num_moe_experts": 100, "moe_router_topk": 2})
+    assert [d.rule for d in exc.value.diagnostics] == ["MDL002", "MDL004"]
+    assert _model({"base": "kimi-k2", "moe_router_topk": 2})["moe_router_topk"] == 2  # one group: no limit
+
+
 def test_mla_query_groups_follow_resized_heads():
     """Megatron-Core's MLASelfAttention gives num_query_groups to TE's DotProductAttention as GQA groups, which asserts
     heads % groups == 0 at model build: DeepSeek-V3 resized to 8 heads kept 128 groups and failed on a GPU."""

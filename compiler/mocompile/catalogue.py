@@ -111,13 +111,7 @@ def resolve_model(intent: dict[str, Any], doc: Document) -> dict[str, Any]:
                     f"{k} {v}" for k, v in sorted(changed.items())) + ")"
     merged.update({k: v for k, v in spec.items() if k != "base"})
     merged.update((merged.get("resized") or {}).get("fields", {}))  # with what follows from them (MLA's groups)
-    groups = int(merged.get("moe_router_num_groups") or 1)
-    if merged.get("resized") and merged["num_moe_experts"] % groups:
-        raise InputError([Diagnostic(
-            "MDL002", "error", f"{merged['num_moe_experts']} experts do not divide into {base_id}'s {groups} router "
-            "groups (group-limited routing: Megatron-Core's TransformerConfig asserts num_moe_experts % "
-            "moe_router_num_groups == 0)", doc.position(("model", "num_moe_experts")),
-            f"use a multiple of {groups} experts")])
+    _check_router_groups(merged, base_id, doc)
     if not (merged.get("bridge") or {}).get("recipe"):
         _refuse_unbuildable(merged, base_id, spec, doc)
     missing = [k for k in REQUIRED_MODEL_KEYS if k not in merged]
@@ -152,6 +146,34 @@ def _generic_lacks(model: dict[str, Any]) -> list[str]:
     router = model.get("moe_router_score_function") or "softmax"
     kinds += [f"`{router}` router (with expert bias)"] if router != "softmax" else []
     return kinds + [f"`{k}`" for k in _GENERIC_UNBUILDABLE if model.get(k) not in (None, 0, False)]
+
+
+def _check_router_groups(merged: dict[str, Any], base_id: str | None, doc: Document) -> None:
+    """A resized model keeps its base's group-limited router (DeepSeek-V3: top 4 of 8 expert groups), so the
+    resized numbers must suit it: MDL002 (the groups divide the experts: TransformerConfig asserts it) and MDL004
+    (top-k at least the kept groups: Megatron-Core's ``group_limited_topk`` scores a group by the sum of its top
+    ``moe_router_topk // moe_router_group_topk`` experts, which is 0 below that, so every group scores 0 and every
+    token keeps the same groups; nothing asserts it). Both at once."""
+    if not merged.get("resized"):
+        return
+    groups = int(merged.get("moe_router_num_groups") or 1)
+    kept, topk = int(merged.get("moe_router_group_topk") or 0), int(merged["moe_router_topk"])
+    found = []
+    if merged["num_moe_experts"] % groups:
+        found.append(Diagnostic(
+            "MDL002", "error", f"{merged['num_moe_experts']} experts do not divide into {base_id}'s {groups} router "
+            "groups (group-limited routing: Megatron-Core's TransformerConfig asserts num_moe_experts % "
+            "moe_router_num_groups == 0)", doc.position(("model", "num_moe_experts")),
+            f"use a multiple of {groups} experts"))
+    if groups > 1 and 0 < kept < groups and topk < kept:
+        found.append(Diagnostic(
+            "MDL004", "error", f"top-{topk} routing under {base_id}'s group-limited router (each token keeps {kept} of "
+            f"{groups} expert groups): Megatron-Core's group_limited_topk scores a group by the sum of its top "
+            f"moe_router_topk // moe_router_group_topk = {topk // kept} experts, so every group scores 0 and every token "
+            f"keeps the same {kept} groups; the experts of the other {groups - kept} never get a token",
+            doc.position(("model", "moe_router_topk")), f"use moe_router_topk >= {kept}"))
+    if found:
+        raise InputError(found)
 
 
 def _refuse_unbuildable(merged: dict[str, Any], base_id: str | None, spec: dict[str, Any], doc: Document) -> None:
