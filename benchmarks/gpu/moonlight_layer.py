@@ -63,9 +63,7 @@ def cases(te, torch) -> list:
     splits = [ROWS] * EXPERTS_LOCAL
     xe = torch.randn(ROWS * EXPERTS_LOCAL, HIDDEN, **bf, requires_grad=True)
     he = torch.randn(ROWS * EXPERTS_LOCAL, FFN, **bf, requires_grad=True)
-    sh1 = te.Linear(HIDDEN, 2 * SHARED, bias=False, params_dtype=torch.bfloat16, device="cuda")
-    sh2 = te.Linear(SHARED, HIDDEN, bias=False, params_dtype=torch.bfloat16, device="cuda")
-    hs = torch.randn(TOKENS, SHARED, **bf, requires_grad=True)
+    shared = linears([(HIDDEN, 2 * SHARED), (SHARED, HIDDEN)])  # the 2 shared experts' fc1 and fc2
     norm = te.RMSNorm(HIDDEN, params_dtype=torch.bfloat16, device="cuda")
     gate = torch.randn(ROWS * EXPERTS_LOCAL, 2 * FFN, **bf, requires_grad=True)
     # balanced routing onto the 8 local experts: every token to 6 distinct experts of 8 (a routing mask, as
@@ -77,29 +75,25 @@ def cases(te, torch) -> list:
         a, b = t.chunk(2, dim=-1)
         return torch.nn.functional.silu(a) * b
 
-    def permute_unpermute():
+    def routed(inner=lambda t: t):  # permute, ``inner`` on the routed rows, unpermute (no all-to-all: 1 GPU)
         from transformer_engine.pytorch import moe_permute, moe_unpermute
 
         out, row_map = moe_permute(x, routing, num_out_tokens=TOKENS * TOPK, map_type="mask")
-        return [moe_unpermute(out, row_map, restore_shape=x.shape, map_type="mask")]
-
-    def moe_block():  # the routed path of one layer: permute, fc1, SwiGLU, fc2, unpermute (no all-to-all: 1 GPU)
-        from transformer_engine.pytorch import moe_permute, moe_unpermute
-
-        out, row_map = moe_permute(x, routing, num_out_tokens=TOKENS * TOPK, map_type="mask")
-        return [moe_unpermute(fc2(swiglu(fc1(out, splits)), splits), row_map, restore_shape=x.shape, map_type="mask")]
+        return [moe_unpermute(inner(out), row_map, restore_shape=x.shape, map_type="mask")]
 
     return [
         ("mla projections", lambda: _fb(torch, proj)),
         ("mla core attention", lambda: _fb(torch, lambda: [attn(q, k, v)])),
         ("experts fc1", lambda: _fb(torch, lambda: [fc1(xe, splits)])),
         ("experts fc2", lambda: _fb(torch, lambda: [fc2(he, splits)])),
-        ("shared experts fc1+fc2", lambda: _fb(torch, lambda: [sh1(x), sh2(hs)])),
+        ("shared experts fc1+fc2", lambda: _fb(torch, shared)),
         ("rmsnorm", lambda: _fb(torch, lambda: [norm(x)])),
         ("swiglu (routed rows)", lambda: _fb(torch, lambda: [swiglu(gate)])),
-        ("permute + unpermute", lambda: _fb(torch, permute_unpermute)),
-        ("routed block", lambda: _fb(torch, moe_block)),
+        ("permute + unpermute", lambda: _fb(torch, routed)),
+        # the routed path of one layer: permute, fc1, SwiGLU, fc2, unpermute
+        ("routed block", lambda: _fb(torch, lambda: routed(lambda t: fc2(swiglu(fc1(t, splits)), splits)))),
     ]
+
 
 def run(out_path: str) -> int:
     from importlib.metadata import version

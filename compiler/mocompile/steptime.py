@@ -344,18 +344,27 @@ def destination_nodes(m: dict[str, Any], nodes: float) -> float:
     the kept groups here; the real router (random scores, DeepSeek-V3 at one group per node) reaches 3.95 nodes
     against this 3.60, since it keeps the groups whose top experts score highest (tests/stack/test_group_routing.py)."""
     k = float(m["moe_router_topk"])
-    groups, kept = int(m.get("moe_router_num_groups") or 1), int(m.get("moe_router_group_topk") or 0)
-    n = int(round(nodes))
-    if groups <= 1 or not 0 < kept < groups or n <= 1 or n != nodes:
+    limit = _group_limit(m, nodes)
+    if limit is None:
         return _distinct(k, nodes)
+    groups, kept, n = limit
     if groups % n == 0:
         per_node = groups // n
         missed = sum(math.comb(per_node, j) * math.comb(groups - per_node, kept - j) / math.comb(groups, kept)
                      * ((kept - j) / kept) ** k for j in range(0, min(per_node, kept) + 1))
         return n * (1.0 - missed)
-    if n % groups == 0:
-        return _distinct(k, kept * n // groups)
-    return _distinct(k, nodes)
+    return _distinct(k, kept * n // groups)
+
+
+def _group_limit(m: dict[str, Any], nodes: float) -> tuple[int, int, int] | None:
+    """(groups, kept groups, nodes) where group-limited routing narrows a token's destination nodes: a router with
+    groups that keeps some of them, over a whole number of nodes that either divides the groups or is divided by
+    them (``destination_nodes``); None where the token's picks are free over the nodes."""
+    groups, kept = int(m.get("moe_router_num_groups") or 1), int(m.get("moe_router_group_topk") or 0)
+    n = int(round(nodes))
+    if groups <= 1 or not 0 < kept < groups or n <= 1 or n != nodes or (groups % n and n % groups):
+        return None
+    return groups, kept, n
 
 
 def nvlink_width(hw: dict[str, Any], world: int | None = None) -> int:
@@ -393,7 +402,7 @@ def a2a_seconds(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, tokens: 
         # once per destination node over the network, then once per destination rank inside a node
         # (fewer nodes under group-limited routing: ``destination_nodes``)
         reached = destination_nodes(m, nodes)
-        spread = reached if reached != _distinct(k, nodes) else nodes  # the nodes a token's picks share
+        spread = reached if _group_limit(m, nodes) else nodes  # the nodes a token's picks share
         net_copies = reached * (nodes - 1) / nodes if nodes > 1 else 0.0
         nvl_copies = _distinct(k / spread, local) * (local - 1) / local * spread if local > 1 else 0.0
         latency = c["flex_latency_s"]

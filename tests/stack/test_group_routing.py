@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import pytest
 from mocompile import steptime
-from mocompile.catalogue import _defaults, models
+from mocompile.catalogue import _defaults, models, resolve_model
+from mocompile.errors import InputError
+from mocompile.ir import Document
 
 pytestmark = pytest.mark.stack
 
@@ -38,10 +40,6 @@ def test_a_top_k_below_the_kept_groups_leaves_groups_without_a_token(topk, dead,
     assert (min(per_group) == 0) is dead, per_group
     if dead:
         assert sum(n == 0 for n in per_group) == GROUPS - KEPT  # the same 4 groups for every token
-    from mocompile.catalogue import resolve_model
-    from mocompile.errors import InputError
-    from mocompile.ir import Document
-
     refused = False
     try:
         resolve_model({"model": {"base": "deepseek-v3", "moe_router_topk": topk}}, Document({}, {}, ["r.yaml"]))
