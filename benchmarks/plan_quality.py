@@ -106,6 +106,7 @@ def agreement(rows: list[dict[str, Any]], mode: str) -> tuple[list[str], list[di
     stats: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     disagreements = []
     regrets = []
+    served: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])  # (reference, kept|left): n, layout, all
     for a in rows:
         with withheld(withheld_for(a, mode)):
             got, planner, errors = planned(intent_text(a, optimizer=True))
@@ -123,6 +124,11 @@ def agreement(rows: list[dict[str, Any]], mode: str) -> tuple[list[str], list[di
             disagreements.append({"recipe": a["recipe"], "why": errors})
             continue
         same = {f: got[f] == want[f] for f in FIELDS}
+        decision = (planner or {}).get("decision") or {}
+        tally = served[(decision.get("kind") or "none", "-" if not decision else "kept" if decision["kept"] else "left")]
+        tally[0] += 1
+        tally[1] += same["layout"]
+        tally[2] += all(same.values())
         for g in groups:
             for f in FIELDS:
                 stats[g][f] += same[f]
@@ -147,6 +153,10 @@ def agreement(rows: list[dict[str, Any]], mode: str) -> tuple[list[str], list[di
         lines.append(f"{g:<13} {n:>3} " + " ".join(f"{s[f]:>4}/{n:<3}{s[f] / n:>4.0%}" for f in FIELDS + ("all",)))
     lines.append("(Adam) = the Adam recipes only; Kimi-K2's recipes train with Muon: their intents say "
                  "training.optimizer: muon, which the Muon anchors serve (Adam anchors serve Adam intents)")
+    lines.append("what each plan rests on (the decision's reference, kept or left for a predicted gain beyond its band):")
+    for (kind, how), (n, lay, four) in sorted(served.items(), key=lambda kv: (-kv[1][0], kv[0])):
+        lines.append(f"  {kind:<9} {how:<5} {n:>4} plans   layout agrees {lay:>3} ({lay / n:4.0%})   all four {four:>3} "
+                     f"({four / n:4.0%})")
     kept = sorted(r for r in regrets if r is not None)
     if kept:
         lines.append(f"predicted regret of the shipped plan under the model (its predicted step over the chosen "
