@@ -84,3 +84,19 @@ def test_beside_an_error_advice_on_knobs_the_planner_chose_is_left_out_but_advic
     r = analyse(str(path))
     assert r.plan["moe_flex_dispatcher_backend"] == "deepep"
     assert not {d.rule for d in r.diagnostics if d.severity == "error"} and "DSP006" in {d.rule for d in r.diagnostics}
+
+
+@pytest.mark.parametrize("gbs, unit, near", [
+    (1000, 16, "992 or 1008"),  # DP 16 (TP 1 PP 1 CP 1 on 16 GPUs): the multiples of 16 either side
+    (10, 16, "16"),             # below one unit: the unit itself, never 0
+])
+def test_a_global_batch_that_does_not_divide_gets_the_nearest_ones_that_do(tmp_path, gbs, unit, near):
+    """PAR007 names numbers: a user whose data parallelism the planner chose never wrote a DP size, so "a multiple
+    of micro batch times DP" alone leaves them to work out which."""
+    path = tmp_path / "r.yaml"
+    path.write_text(HEAD.format(model="qwen3-30b-a3b", nodes=2)
+                    + f"training: {{global_batch_size: {gbs}, micro_batch_size: 1}}\nparallelism: {{tp: 1, pp: 1, cp: 1}}\n")
+    (d,) = [d for d in analyse(str(path)).diagnostics if d.rule == "PAR007"]
+    assert d.message.endswith(f"the nearest multiples of {unit}: {near}")
+    for n in near.split(" or "):
+        assert int(n) % unit == 0 and int(n) != gbs  # each named batch passes the rule this hint is for

@@ -86,6 +86,7 @@ def context(cfg: dict[str, Any]) -> dict[str, Any]:
         // max(1, cfg.get("micro_batch_size", 1) * cfg.get("data_parallel_size", 1)),
     )
     ctx.update(_memory_values(cfg))
+    ctx.update(_batch_values(cfg))
     if cfg.get("pipeline_model_parallel_layout"):
         ctx["layout_error"] = layout_error(cfg["pipeline_model_parallel_layout"], pp, vpp,
                                            cfg.get("num_layers", 0), cfg.get("mtp_num_layers") or 0)
@@ -104,6 +105,19 @@ def _memory_values(cfg: dict[str, Any]) -> dict[str, Any]:
     return {"memory_limit_basis": basis, "memory_over_gib": f"{est - gib:.2f}", "memory_over_pct": f"{est / gib - 1:.1%}",
             "memory_error_pct": f"{err:.1%}",
             "memory_limit_gib": cfg.get("memory_limit_gib") or memory.usable_gib(gib)}
+
+
+def _batch_values(cfg: dict[str, Any]) -> dict[str, Any]:
+    """What PAR007's hint quotes: the unit the global batch must be a multiple of (micro-batch size x data
+    parallelism) and the nearest global batches that are, so a user whose layout the planner chose (and who never
+    wrote a DP size) sees numbers to write instead of a rule to work out."""
+    gbs, mbs, dp = cfg.get("global_batch_size"), cfg.get("micro_batch_size"), cfg.get("data_parallel_size")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (gbs, mbs)) or mbs < 1 or gbs < 1:
+        return {}
+    unit = mbs * (dp if isinstance(dp, int) and not isinstance(dp, bool) and dp > 0 else 1)
+    below = gbs // unit * unit
+    near = [n for n in (below, below + unit) if n > 0 and n != gbs]
+    return {"batch_unit": unit, "batch_near": " or ".join(map(str, near))}
 
 
 def broken_rules(cfg: dict[str, Any]) -> list[Rule]:
