@@ -108,16 +108,21 @@ def _memory_values(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def _batch_values(cfg: dict[str, Any]) -> dict[str, Any]:
-    """What PAR007's hint quotes: the unit the global batch must be a multiple of (micro-batch size x data
+    """What PAR007's message quotes: the unit the global batch must be a multiple of (micro-batch size x data
     parallelism) and the nearest global batches that are, so a user whose layout the planner chose (and who never
     wrote a DP size) sees numbers to write instead of a rule to work out."""
-    gbs, mbs, dp = cfg.get("global_batch_size"), cfg.get("micro_batch_size"), cfg.get("data_parallel_size")
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (gbs, mbs)) or mbs < 1 or gbs < 1:
+    gbs, mbs, dp = (_count(cfg.get(k)) for k in ("global_batch_size", "micro_batch_size", "data_parallel_size"))
+    if gbs is None or mbs is None:
         return {}
-    unit = mbs * (dp if isinstance(dp, int) and not isinstance(dp, bool) and dp > 0 else 1)
+    unit = mbs * (dp or 1)
     below = gbs // unit * unit
     near = [n for n in (below, below + unit) if n > 0 and n != gbs]
     return {"batch_unit": unit, "batch_near": " or ".join(map(str, near))}
+
+
+def _count(value: Any) -> int | None:
+    """``value`` where it is a positive whole number (not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def broken_rules(cfg: dict[str, Any]) -> list[Rule]:
