@@ -315,6 +315,35 @@ def test_dp_traffic_by_hand_and_what_one_micro_batch_hides():
         pytest.approx(ring(dense_m, 8, 400) + ring(q["experts"] / 4, 2, 400))
 
 
+@pytest.mark.parametrize("fp32, optimizer, per_param", [
+    (False, "adam", 4.0),  # bf16 gradients reduce-scattered + bf16 parameters all-gathered: 2 + 2
+    (True, "adam", 6.0),   # grad_reduce_in_fp32: the reduce-scatter doubles, the bf16 all-gather does not: 4 + 2
+    (False, "muon", 4.0),  # DDP all-reduce (reduce-scatter + all-gather) of bf16 gradients: 2 x 2
+    (True, "muon", 8.0),   # ... of fp32 gradients: 2 x 4 (Muon's parameter all-gather is muon_seconds')
+])
+def test_dp_traffic_counts_the_gradient_in_the_dtype_it_is_reduced_in(fp32, optimizer, per_param):
+    """The planner keeps Bridge's grad_reduce_in_fp32 default wherever it does not tune for throughput (bring-up,
+    fit, fp16 or fp32 precision): those plans' gradients travel in FP32, which the step time must count."""
+    p = parameters(TOY)
+    cand = Candidate(tp=2, pp=2, ep=2)
+    dense = (p["attention"] + p["dense_mlp"] + p["shared"] + p["router"]) / 2 / 2 + p["embedding"] / 2 / 2
+    experts = p["experts"] / 2 / 2
+    batch = Batch(1024, 1, 8, optimizer=optimizer, grad_reduce_fp32=fp32)
+    want = (dense + experts) * per_param * (8 - 1) / 8 / (50e9 * COLL)  # DP 8 and expert DP 8 on 32 GPUs: the NIC
+    assert steptime._dp_traffic(TOY, HW, cand, 32, 8, batch) == pytest.approx(want)
+
+
+@pytest.mark.parametrize("goal, fp32", [("throughput", False), ("bring-up", True), ("fit", True)])
+def test_the_scorer_costs_the_gradient_dtype_the_plan_emits(goal, fp32):
+    """Whatever sets grad_reduce_in_fp32 before the search (resolve.tuning.host_and_fusion), the scorer's step times
+    count the same dtype."""
+    from mocompile.resolve import tuning
+    ctx = ctx_of(goal=goal)
+    tuning.host_and_fusion(ctx)
+    assert ctx["grad_reduce_in_fp32"] is fp32
+    assert search.Scorer(ctx).batch.grad_reduce_fp32 is fp32
+
+
 def test_dp_term_in_the_estimate_is_the_exposed_share():
     b = Batch(1024, 1, 2, force_balance=True)
     e = est(Candidate(), b, 2)

@@ -111,6 +111,7 @@ class Batch:
     optimizer: str = "adam"      # adam | muon (Megatron-Core's LayerWiseDistributedOptimizer: ``muon_seconds``)
     shared_expert_overlap: bool | None = None  # a pinned moe_shared_expert_overlap; None: ``shared_expert_overlap``
     manual_gc_interval: int = 0  # Bridge's train.manual_gc_interval with manual_gc on; 0: no scheduled collection
+    grad_reduce_fp32: bool = False  # DDP's grad_reduce_in_fp32: gradients reduced in FP32, twice BF16's bytes
 
 
 @dataclass
@@ -681,9 +682,9 @@ class StepModel:
         if per_layout is None:
             if batch.optimizer == "muon":
                 muon_step, gather = muon_seconds(m, hw, cand, world, c)
-                per_layout = (_dp_traffic(m, hw, cand, world, dp), muon_step, gather)
+                per_layout = (_dp_traffic(m, hw, cand, world, dp, batch), muon_step, gather)
             else:
-                per_layout = (_dp_traffic(m, hw, cand, world, dp),
+                per_layout = (_dp_traffic(m, hw, cand, world, dp, batch),
                               optimizer_seconds(m, hw, cand, world, batch.optimizer_offload, c), 0.0)
             self._per_layout[lay_key] = per_layout
         dp_traffic, opt, param_gather = per_layout
@@ -922,8 +923,16 @@ def _dp_exposed(dp_traffic: float, per_mb: float) -> float:
     return max(0.0, dp_traffic - per_mb)
 
 
-def _dp_traffic(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, world: int, dp: int) -> float:
-    """Gradient reduce-scatter + parameter all-gather of one step (bf16, distributed optimizer)."""
+def _dp_traffic(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, world: int, dp: int,
+                batch: Batch | None = None) -> float:
+    """The data-parallel bytes of one step, as time on the DP link. Adam (distributed optimizer): the gradient
+    reduce-scatter and the bf16 parameter all-gather. Muon (no distributed optimizer): DDP's gradient all-reduce, a
+    reduce-scatter and an all-gather both in the gradient's dtype (its parameter all-gather is ``muon_seconds``').
+    Gradients go in BF16 unless ``grad_reduce_in_fp32`` (``Batch.grad_reduce_fp32``: Megatron-Bridge's default,
+    which the planner keeps where it does not tune for throughput), in FP32 then
+    (megatron/core/distributed/distributed_data_parallel_config.py)."""
+    grad = 4.0 if batch is not None and batch.grad_reduce_fp32 else 2.0
+    per_param = 2.0 * grad if batch is not None and batch.optimizer == "muon" else grad + 2.0
     p = parameters(m)
     share = 1.0 / cand.pp
     dense = (p["attention"] + p["dense_mlp"] + p["shared"] + p["router"]) * share / cand.tp + p["embedding"] / cand.tp / cand.pp
@@ -934,8 +943,7 @@ def _dp_traffic(m: dict[str, Any], hw: dict[str, Any], cand: Candidate, world: i
     for params, group in ((dense, dp), (experts, edp)):
         if group <= 1:
             continue
-        # bf16 gradients reduce-scattered, bf16 parameters all-gathered (distributed optimizer)
-        t += 2 * params * 2.0 * (group - 1) / group / (link * 1e9 * COLLECTIVE_EFFICIENCY)
+        t += params * per_param * (group - 1) / group / (link * 1e9 * COLLECTIVE_EFFICIENCY)
     return t
 
 

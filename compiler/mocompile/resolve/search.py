@@ -419,7 +419,8 @@ class Scorer:
                            fsdp=bool(ctx["use_megatron_fsdp"]), offload_modules=tuple(ctx["offload_modules"]),
                            optimizer=ctx["optimizer"] or "adam",
                            shared_expert_overlap=pinned_value(ctx, "moe", "shared_expert_overlap"),
-                           manual_gc_interval=int(ctx["manual_gc_interval"] or 0) if ctx["manual_gc"] else 0)
+                           manual_gc_interval=int(ctx["manual_gc_interval"] or 0) if ctx["manual_gc"] else 0,
+                           grad_reduce_fp32=bool(ctx["grad_reduce_in_fp32"]))
         self.hw = dict(ctx.hw, nvlink_domain=ctx.hw["nvlink_domain"], gpus_per_node=ctx["gpus_per_node"])
         self.count = 0
         self._mem: dict[tuple[Any, ...], dict[str, Any]] = {}
