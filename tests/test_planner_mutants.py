@@ -344,6 +344,22 @@ def test_the_scorer_costs_the_gradient_dtype_the_plan_emits(goal, fp32):
     assert search.Scorer(ctx).batch.grad_reduce_fp32 is fp32
 
 
+@pytest.mark.parametrize("goal, te, caveat", [
+    ("bring-up", "2.12.0", True),   # fusions left at Megatron's default, off: the fused costs are a lower bound
+    ("fit", "2.12.0", True),
+    ("throughput", "2.12.0", False),  # the perf recipes' fusions, as the model costs them
+    ("bring-up", "none", False),     # no TE: the local-spec factor was fitted on unfused runs
+])
+def test_the_step_estimate_says_when_it_is_a_lower_bound_for_unfused_kernels(tmp_path, goal, te, caveat):
+    path = tmp_path / "r.yaml"
+    path.write_text((FIXTURES / "rule_base.yaml").read_text().replace("goal: throughput", f"goal: {goal}")
+                    + f"versions: {{transformer_engine: {te}}}\n")
+    why = analyse(str(path)).plan.settings["step_time_estimate_s"].reason
+    assert ("a lower bound" in why) is caveat
+    if caveat:
+        assert f"token permutation, routing, RoPE, cross-entropy as fused kernels, which goal {goal} leaves off" in why
+
+
 def test_dp_term_in_the_estimate_is_the_exposed_share():
     b = Batch(1024, 1, 2, force_balance=True)
     e = est(Candidate(), b, 2)
